@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class ClientsConfig(AppConfig):
+    name = "clients"
+    verbose_name = "Durable clients and interests"
+
+    def ready(self) -> None:
+        from clients import fanout
+        from durablecache.cache import hooks
+
+        hooks.on_events_committed(fanout.ring_fanout)

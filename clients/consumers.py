@@ -1,0 +1,283 @@
+"""The websocket door: ``/ws/v1/subscribe`` (docs/protocol.md).
+
+Transport only: frames are parsed by ``clients.protocol`` and every decision
+is a service or selector call. One asyncio task per socket delivers queued
+rows; the channel layer only wakes it (and a poll heals lost wakeups).
+"""
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async as db
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from clients import protocol, selectors, services
+from clients.exceptions import ClientConnectedError, ClientOwnedError
+from clients.matching import parse_bool, parse_policy, parse_selector
+from durablecache.cache.exceptions import DomainError, ValidationError
+from queues import notify
+from queues import selectors as queue_selectors
+from queues import services as queue_services
+
+log = logging.getLogger(__name__)
+
+IMAGE_CHUNK = 500
+MAX_BAD_FRAMES = 10
+CLOSE_PROTOCOL = 4400
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_TOO_LARGE = 4413
+CLOSE_SHUTDOWN = 4503
+
+
+class SubscriptionConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.client: Any = None
+        self.node = settings.DURABLECACHE_NODE_NAME
+        self.is_ready = False
+        self.is_closing = False
+        self.sent_through = 0
+        self.bad_frames = 0
+        self.wake = asyncio.Event()
+        self.delivery: asyncio.Task[None] | None = None
+        await self.accept()
+        if self.scope.get("user") is None:
+            await self._close(CLOSE_UNAUTHORIZED)
+            return
+        await self._join(notify.node_group(self.node))
+
+    async def _join(self, group: str) -> None:
+        with contextlib.suppress(Exception):  # doorbells only; polling heals
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _close(self, code: int) -> None:
+        self.is_closing = True
+        await self.close(code=code)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None
+    ) -> None:
+        if self.is_closing:
+            return
+        limit = settings.DURABLECACHE_MAX_FRAME_BYTES
+        size = len(bytes_data) if bytes_data is not None else len(text_data or "")
+        if size > limit or (text_data and len(text_data.encode("utf-8")) > limit):
+            await self._close(CLOSE_TOO_LARGE)
+            return
+        req_id = None
+        try:
+            if bytes_data is not None:
+                raise protocol.BadJsonError("binary frames are not accepted")
+            frame, req_id = protocol.parse_frame(text_data or "")
+            frame_type = protocol.check_type(frame)
+            if self.client is None and frame_type != "hello":
+                await self.send(
+                    protocol.error(req_id, "bad_field", "the first frame must be hello")
+                )
+                await self._close(CLOSE_PROTOCOL)
+                return
+            await getattr(self, f"on_{frame_type}")(frame, req_id)
+            self.bad_frames = 0
+        except DomainError as exc:
+            await self._bad_frame(req_id, exc.code, exc.message)
+
+    async def _bad_frame(self, req_id: str | None, code: str, message: str) -> None:
+        self.bad_frames += 1
+        await self.send(protocol.error(req_id, code, message))
+        if self.client is None or self.bad_frames >= MAX_BAD_FRAMES:
+            await self._close(CLOSE_PROTOCOL)
+
+    async def on_hello(self, frame: dict[str, Any], req_id: str | None) -> None:
+        if self.client is not None:
+            raise ValidationError("hello was already sent")
+        options = services.parse_hello_options(frame)
+        try:
+            result = await db(services.client_hello)(
+                user=self.scope["user"],
+                channel_name=self.channel_name,
+                options=options,
+            )
+        except (ClientOwnedError, ClientConnectedError) as exc:
+            await self._close(exc.close_code)
+            return
+        if result.redirect_url:
+            await self.send(protocol.reply("redirect", req_id, url=result.redirect_url))
+            await self._close(1000)
+            return
+        self.client = result.client
+        await self._join(notify.group_for(self.client.id))
+        welcome = await db(selectors.welcome_fields)(client=self.client)
+        await self.send(
+            protocol.reply(
+                "welcome", req_id, pending_events=result.pending_events, **welcome
+            )
+        )
+
+    async def on_register_interest(
+        self, frame: dict[str, Any], req_id: str | None
+    ) -> None:
+        region = protocol.required_str(frame, "region")
+        selector = parse_selector(frame)
+        is_durable = parse_bool(frame.get("durable"), field="durable")
+        policy = parse_policy(frame.get("policy"))
+        await db(services.interest_register)(
+            client=self.client,
+            region=region,
+            selector=selector,
+            is_durable=is_durable,
+            policy=policy,
+        )
+        count = await self._send_image(req_id, region, selector, policy)
+        await self.send(protocol.reply("interest_registered", req_id, count=count))
+
+    async def _send_image(
+        self, req_id: str | None, region: str, selector: Any, policy: str
+    ) -> int:
+        field = "keys" if policy == "keys" else "entries"
+        count, after = 0, None
+        while True:
+            items, after = await db(selectors.image_page)(
+                region=region,
+                selector=selector,
+                policy=policy,
+                after=after,
+                size=IMAGE_CHUNK,
+            )
+            if items:
+                count += len(items)
+                await self.send(
+                    protocol.reply("image", req_id, region=region, **{field: items})
+                )
+            if after is None:
+                break
+        return count
+
+    async def on_unregister_interest(
+        self, frame: dict[str, Any], req_id: str | None
+    ) -> None:
+        region = protocol.required_str(frame, "region")
+        selector = parse_selector(frame)
+        await db(services.interest_unregister_checked)(
+            client=self.client, region=region, selector=selector
+        )
+        await self.send(protocol.reply("interest_unregistered", req_id))
+
+    async def on_register_cq(self, frame: dict[str, Any], req_id: str | None) -> None:
+        raise protocol.BadQueryError("continuous queries are not supported yet")
+
+    async def on_close_cq(self, frame: dict[str, Any], req_id: str | None) -> None:
+        raise protocol.BadQueryError("continuous queries are not supported yet")
+
+    async def on_ready(self, frame: dict[str, Any], req_id: str | None) -> None:
+        if self.is_ready:
+            raise ValidationError("ready was already sent")
+        self.is_ready = True
+        head = await db(queue_selectors.queue_head)(client_id=self.client.id)
+        self.delivery = asyncio.create_task(self._deliver(replay_through=head))
+
+    async def on_ack(self, frame: dict[str, Any], req_id: str | None) -> None:
+        if not self.is_ready:
+            raise protocol.NotReadyError("ack before ready")
+        up_to = frame.get("up_to")
+        if isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0:
+            raise ValidationError("up_to must be a non-negative integer seq")
+        if up_to > self.sent_through:
+            raise ValidationError(f"up_to {up_to} is beyond the last seq sent")
+        await db(queue_services.queue_ack)(client_id=self.client.id, up_to=up_to)
+
+    async def on_close(self, frame: dict[str, Any], req_id: str | None) -> None:
+        keepalive = parse_bool(frame.get("keepalive"), field="keepalive")
+        self.is_closing = True
+        await self._stop_delivery()
+        await db(services.client_close)(
+            client_id=self.client.id,
+            channel_name=self.channel_name,
+            keepalive=keepalive,
+        )
+        self.client = None
+        await self.send(protocol.reply("closed", req_id, keepalive=keepalive))
+        await self.close(code=1000)
+
+    async def _deliver(self, *, replay_through: int) -> None:
+        """Replay what was queued before ``ready``, the marker, then live rows."""
+        client_id, batch = self.client.id, settings.DURABLECACHE_REPLAY_BATCH
+        replayed = 0
+        try:
+            while True:
+                rows = await db(queue_selectors.queue_entries_after)(
+                    client_id=client_id,
+                    after=self.sent_through,
+                    through=replay_through,
+                    limit=batch,
+                )
+                if not rows:
+                    break
+                await self._send_rows(rows, replay=True)
+                replayed += len(rows)
+            regions = await db(selectors.client_regions)(client_id=client_id)
+            await self.send(
+                protocol.reply("marker", None, replayed=replayed, regions=regions)
+            )
+            while True:
+                self.wake.clear()
+                rows = await db(queue_selectors.queue_entries_after)(
+                    client_id=client_id, after=self.sent_through, limit=batch
+                )
+                if rows:
+                    await self._send_rows(rows, replay=False)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self.wake.wait(), timeout=settings.DURABLECACHE_POLL_S
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivery to %s failed; closing the socket", client_id)
+            await self._close(1011)
+
+    async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
+        for row in rows:
+            event = queue_selectors.entry_to_event(row)
+            event["replay"] = replay
+            await self.send(protocol.dumps({"type": "event", **event}))
+        self.sent_through = rows[-1].seq
+        await db(queue_services.queue_mark_delivered)(
+            client_id=self.client.id, through=self.sent_through
+        )
+
+    async def _stop_delivery(self) -> None:
+        if self.delivery is not None:
+            self.delivery.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.delivery
+            self.delivery = None
+
+    async def queue_wakeup(self, message: dict[str, Any]) -> None:
+        self.wake.set()
+
+    async def queue_close(self, message: dict[str, Any]) -> None:
+        await self._stop_delivery()
+        self.client = None  # closed by an operator: nothing to keep
+        await self._close(int(message["code"]))
+
+    async def node_close(self, message: dict[str, Any]) -> None:
+        await self._close(int(message["code"]))
+
+    async def disconnect(self, code: int) -> None:
+        await self._stop_delivery()
+        with contextlib.suppress(Exception):
+            await self.channel_layer.group_discard(
+                notify.node_group(self.node), self.channel_name
+            )
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(
+                    notify.group_for(self.client.id), self.channel_name
+                )
+            await db(services.client_disconnected)(
+                client_id=self.client.id, channel_name=self.channel_name
+            )
+            self.client = None

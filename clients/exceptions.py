@@ -1,0 +1,26 @@
+"""Errors of the clients domain; close codes per docs/protocol.md#close-codes."""
+
+from durablecache.cache.exceptions import DomainError, NotFoundError
+
+
+class BadRegexError(DomainError):
+    code = "bad_regex"
+    status = 400
+
+
+class ClientOwnedError(DomainError):
+    """The durable id belongs to another user (websocket 4403, REST 404)."""
+
+    code = "forbidden"
+    status = 403
+    close_code = 4403
+
+
+class ClientConnectedError(DomainError):
+    code = "already_connected"
+    status = 409
+    close_code = 4409
+
+
+class UnknownClientError(NotFoundError):
+    code = "not_found"

@@ -1,0 +1,90 @@
+"""Fan-out: move committed events from the cluster log into this node's queues.
+
+The log is read with a cursor kept in the node store and moved in the same
+transaction as the appends, so each event lands in each hosted queue once,
+whatever the number of doorbells, retries or crashes (ARCHITECTURE.md,
+"Life of a write").
+"""
+
+import logging
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from clients.matching import key_matches
+from clients.models import Interest
+from durablecache.cache import selectors as cache_selectors
+from durablecache.cache.models import Node
+from queues import notify
+from queues import selectors as queue_selectors
+from queues import services as queue_services
+from queues.routers import NODE_STORE
+
+log = logging.getLogger(__name__)
+REGION_OPS = {"region_clear", "region_destroy"}
+
+
+def match_events(
+    events: list[Any], hosted: set[uuid.UUID]
+) -> dict[uuid.UUID, list[Any]]:
+    """Return, per hosted client, the events its interests want, in order."""
+    regions = {e.region for e in events}
+    interests = list(
+        Interest.objects.filter(region__in=regions, client_id__in=hosted).values_list(
+            "client_id", "region", "kind", "selector", "since_seq"
+        )
+        if len(hosted) <= 500
+        else Interest.objects.filter(region__in=regions).values_list(
+            "client_id", "region", "kind", "selector", "since_seq"
+        )
+    )
+    by_region: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in interests:
+        if row[0] in hosted:
+            by_region[row[1]].append(row)
+    appends: dict[uuid.UUID, list[Any]] = defaultdict(list)
+    for event in events:
+        wanted: set[uuid.UUID] = set()
+        for client_id, _, kind, selector, since in by_region.get(event.region, ()):
+            if event.seq <= since or client_id in wanted:
+                continue
+            if event.op in REGION_OPS or key_matches(kind, selector, event.key):
+                wanted.add(client_id)
+        for client_id in wanted:
+            appends[client_id].append(event)
+    return appends
+
+
+def fanout_node(node: str | None = None) -> int:
+    """Append every unread event to the queues hosted here; return the count."""
+    node = node or settings.DURABLECACHE_NODE_NAME
+    total = 0
+    while True:
+        with transaction.atomic(using=NODE_STORE):
+            cursor = queue_services.cursor_lock(node)
+            events = cache_selectors.events_after(
+                seq=cursor.fanout_through, limit=settings.DURABLECACHE_FANOUT_BATCH
+            )
+            if not events:
+                break
+            hosted = set(queue_selectors.queue_client_ids())
+            heads = queue_services.queue_append_many(match_events(events, hosted))
+            cursor.fanout_through = events[-1].seq
+            cursor.save(update_fields=["fanout_through", "updated_at"])
+            through = cursor.fanout_through
+        total += len(events)
+        Node.objects.filter(name=node).update(fanout_through=through)
+        notify.ring_many(heads)
+    return total
+
+
+def ring_fanout(last_seq: int) -> None:
+    """After a write commits: ask every live node to fan the new events out."""
+    from clients.tasks import fanout_on
+
+    nodes = [n.name for n in cache_selectors.nodes_up()]
+    for node in nodes or [settings.DURABLECACHE_NODE_NAME]:
+        fanout_on(node)

@@ -1,0 +1,140 @@
+"""Durable clients, their interests and the ids whose queues were lost.
+
+Cluster database (alias ``default``).
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Conflate(models.TextChoices):
+    SERVER = "server"
+    TRUE = "true"
+    FALSE = "false"
+
+
+class DurableClient(models.Model):
+    """A subscriber; durable when ``durable_id`` is set.
+
+    A non-durable client has a row too (``durable_id`` null) so its interests
+    and queue can hang off it; the row goes when its socket does.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    durable_id = models.CharField(max_length=128, unique=True, null=True, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    timeout = models.PositiveIntegerField(default=300)
+    redundancy = models.IntegerField(default=0)
+    conflate = models.CharField(
+        max_length=8, choices=Conflate.choices, default=Conflate.SERVER
+    )
+    is_connected = models.BooleanField(default=False)
+    node = models.CharField(max_length=128, blank=True, default="")
+    # The channel name of the socket that holds the client, for a targeted close.
+    channel_name = models.CharField(max_length=255, blank=True, default="")
+    primary = models.CharField(max_length=128, blank=True, default="")
+    secondaries = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    connected_at = models.DateTimeField(null=True, blank=True)
+    disconnected_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["durable_id"]
+        indexes = [models.Index(fields=["is_connected", "expires_at"])]
+
+    def __str__(self) -> str:
+        return self.durable_id or f"non-durable {self.id.hex[:8]}"
+
+    @property
+    def is_durable(self) -> bool:
+        return self.durable_id is not None
+
+    @property
+    def group_name(self) -> str:
+        return f"queue.{self.id.hex}"
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h for h in [self.primary, *self.secondaries] if h]
+
+
+class InterestKind(models.TextChoices):
+    KEY = "key"
+    REGEX = "regex"
+    ALL_KEYS = "all_keys"
+
+
+class Policy(models.TextChoices):
+    KEYS_VALUES = "keys_values"
+    KEYS = "keys"
+    NONE = "none"
+
+
+class Interest(models.Model):
+    """One selector of one client in one region (a key list is one row a key)."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="interests"
+    )
+    region = models.CharField(max_length=128)
+    kind = models.CharField(max_length=8, choices=InterestKind.choices)
+    # The key for KEY, the pattern for REGEX, empty for ALL_KEYS.
+    selector = models.CharField(max_length=1024, blank=True, default="")
+    is_durable = models.BooleanField(default=False)
+    policy = models.CharField(
+        max_length=12, choices=Policy.choices, default=Policy.KEYS_VALUES
+    )
+    # Events with seq <= since_seq were written before the interest existed.
+    since_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "region", "kind", "selector"],
+                name="interest_unique_selector",
+            )
+        ]
+        indexes = [models.Index(fields=["region", "kind", "selector"])]
+
+    def __str__(self) -> str:
+        return f"{self.client} {self.region} {self.kind} {self.selector}"
+
+
+class LostQueue(models.Model):
+    """A durable id whose queue was lost (expired or all hosts died).
+
+    Its next ``hello`` is answered ``pending_events: -1`` and removes the row.
+    """
+
+    durable_id = models.CharField(max_length=128, unique=True)
+    reason = models.CharField(max_length=32)
+    lost_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.durable_id} ({self.reason})"
+
+
+class QueueSizeReport(models.Model):
+    """How many events one host holds for one client, as last reported."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="size_reports"
+    )
+    node = models.CharField(max_length=128)
+    size = models.BigIntegerField(default=0)
+    reported_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client", "node"], name="report_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client_id}@{self.node}: {self.size}"

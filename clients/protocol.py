@@ -1,0 +1,96 @@
+"""Parse client frames and build server frames (docs/protocol.md); no I/O."""
+
+import json
+from typing import Any
+
+from durablecache.cache.exceptions import DomainError, ValidationError
+from durablecache.cache.validation import loads_strict, validate_json_value
+
+MAX_ID = 128
+CLIENT_TYPES = {
+    "hello",
+    "register_interest",
+    "unregister_interest",
+    "register_cq",
+    "close_cq",
+    "ready",
+    "ack",
+    "close",
+}
+
+
+class BadJsonError(DomainError):
+    code = "bad_json"
+
+
+class UnknownTypeError(DomainError):
+    code = "unknown_type"
+
+
+class NotReadyError(DomainError):
+    code = "not_ready"
+
+
+class BadQueryError(DomainError):
+    code = "bad_query"
+
+
+def parse_frame(text: str) -> tuple[dict[str, Any], str | None]:
+    """Return (frame, id); raise a DomainError naming the error code.
+
+    The id is returned even when the rest of the frame is bad, so the error
+    can echo it.
+    """
+    try:
+        frame = loads_strict(text)
+    except (ValueError, RecursionError) as exc:
+        raise BadJsonError(f"not valid JSON: {exc}") from exc
+    if not isinstance(frame, dict):
+        raise BadJsonError("a frame must be a JSON object")
+    try:
+        validate_json_value(frame)
+    except ValidationError as exc:
+        raise BadJsonError(exc.message) from exc
+    return frame, frame_id(frame)
+
+
+def frame_id(frame: dict[str, Any]) -> str | None:
+    req_id = frame.get("id")
+    if req_id is None:
+        return None
+    if not isinstance(req_id, str) or len(req_id) > MAX_ID:
+        return None
+    return req_id
+
+
+def check_type(frame: dict[str, Any]) -> str:
+    req_id = frame.get("id")
+    if req_id is not None and (not isinstance(req_id, str) or len(req_id) > MAX_ID):
+        raise ValidationError("id must be a string of at most 128 characters")
+    frame_type = frame.get("type")
+    if not isinstance(frame_type, str) or frame_type not in CLIENT_TYPES:
+        raise UnknownTypeError(f"unknown frame type {frame_type!r}")
+    return frame_type
+
+
+def required_str(frame: dict[str, Any], field: str) -> str:
+    value = frame.get(field)
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string")
+    return value
+
+
+def reply(frame_type: str, req_id: str | None, **fields: Any) -> str:
+    body: dict[str, Any] = {"type": frame_type}
+    if req_id is not None:
+        body["id"] = req_id
+    body.update(fields)
+    return dumps(body)
+
+
+def error(req_id: str | None, code: str, message: str) -> str:
+    return reply("error", req_id, code=code, message=message)
+
+
+def dumps(body: dict[str, Any]) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))

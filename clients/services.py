@@ -1,0 +1,385 @@
+"""Every write to clients and interests: hello, disconnect, close, expiry.
+
+Placement, pending counts and the -2 / -1 / n rule: docs/protocol.md#hello.
+Queue rows live in the node store and are reached only through
+``queues.services``; a queue on another node is dropped by task.
+"""
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from clients.exceptions import (
+    ClientConnectedError,
+    ClientOwnedError,
+    UnknownClientError,
+)
+from clients.matching import Selector
+from clients.models import Conflate, DurableClient, Interest, LostQueue
+from durablecache.cache import selectors as cache_selectors
+from durablecache.cache.exceptions import ValidationError
+from durablecache.cache.models import Node
+from durablecache.cache.validation import validate_name
+from queues import notify
+from queues import selectors as queue_selectors
+from queues import services as queue_services
+
+log = logging.getLogger(__name__)
+
+NO_QUEUE = -2
+QUEUE_LOST = -1
+CLOSE_BY_OPERATOR = 4410
+
+
+@dataclass
+class HelloResult:
+    client: DurableClient | None
+    pending_events: int = NO_QUEUE
+    redirect_url: str | None = None
+
+
+def parse_hello_options(data: dict[str, Any]) -> dict[str, Any]:
+    """Validate the optional fields of ``hello`` (also used by REST)."""
+    durable_id = data.get("durable_id")
+    if durable_id is not None:
+        validate_name(durable_id, what="durable_id")
+    timeout = data.get("timeout")
+    if timeout is None:
+        timeout = settings.DURABLECACHE_DEFAULT_TIMEOUT_S
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+        raise ValidationError("timeout must be a non-negative integer (seconds)")
+    if timeout > 10 * 365 * 86400:
+        raise ValidationError("timeout is too large")
+    redundancy = data.get("redundancy", 0)
+    if redundancy is None:
+        redundancy = 0
+    if isinstance(redundancy, bool) or not isinstance(redundancy, int):
+        raise ValidationError("redundancy must be an integer >= -1")
+    if redundancy < -1 or redundancy > 64:
+        raise ValidationError("redundancy must be between -1 and 64")
+    conflate = data.get("conflate", "server")
+    if conflate is None:
+        conflate = "server"
+    if isinstance(conflate, bool):
+        conflate = "true" if conflate else "false"
+    if conflate not in Conflate.values:
+        raise ValidationError('conflate must be "server", "true" or "false"')
+    return {
+        "durable_id": durable_id,
+        "timeout": timeout,
+        "redundancy": redundancy,
+        "conflate": str(conflate),
+    }
+
+
+def _node_row(name: str) -> Node | None:
+    return Node.objects.filter(name=name).first()
+
+
+def _connection_is_live(client: DurableClient) -> bool:
+    """Whether the recorded socket can still exist (its node has not died)."""
+    if not client.is_connected:
+        return False
+    node = _node_row(client.node)
+    if node is None:
+        # Unknown node (tests, or a node removed by hand): trust the flag.
+        return True
+    if not cache_selectors.node_is_up(node) and node.name != _self():
+        return False
+    return client.connected_at is None or node.started_at <= client.connected_at
+
+
+def _self() -> str:
+    return settings.DURABLECACHE_NODE_NAME
+
+
+def _ws_url(node: Node) -> str:
+    base = node.url.rstrip("/")
+    base = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    return f"{base}/ws/v1/subscribe"
+
+
+def client_hello(
+    *, user: Any, channel_name: str, options: dict[str, Any]
+) -> HelloResult:
+    """Attach a socket to a (new or returning) client on this node.
+
+    1. A durable id owned by another user is refused (4403), then one that
+       is connected on a live socket (4409).
+    2. A client whose primary is another live node is redirected there.
+    3. Otherwise this node hosts it: the queue is created if missing and
+       the pending count is -2 (no queue), -1 (queue lost), or its size.
+    """
+    durable_id = options["durable_id"]
+    node = _self()
+    now = timezone.now()
+    with transaction.atomic():
+        client = None
+        if durable_id is not None:
+            client = (
+                DurableClient.objects.select_for_update()
+                .filter(durable_id=durable_id)
+                .first()
+            )
+        if client is not None:
+            if client.owner_id != user.pk:
+                raise ClientOwnedError("durable id is owned by another user")
+            if _connection_is_live(client):
+                raise ClientConnectedError("durable client is already connected")
+            primary = _node_row(client.primary) if client.primary else None
+            if (
+                primary is not None
+                and primary.name != node
+                and cache_selectors.node_is_up(primary)
+            ):
+                return HelloResult(client=None, redirect_url=_ws_url(primary))
+        lost = False
+        if client is None:
+            if durable_id is not None:
+                lost = LostQueue.objects.filter(durable_id=durable_id).delete()[0] > 0
+            client = DurableClient(durable_id=durable_id, owner=user)
+        elif client.primary and client.primary != node:
+            # The primary is down and (without redundancy) its queue with it.
+            lost = True
+            queue_services.queue_drop(client_id=client.id)
+        client.timeout = options["timeout"]
+        client.redundancy = options["redundancy"]
+        client.conflate = options["conflate"]
+        client.is_connected = True
+        client.node = node
+        client.channel_name = channel_name
+        client.primary = node
+        client.connected_at = now
+        client.expires_at = None
+        client.save()
+    pending = queue_selectors.queue_size(client_id=client.id)
+    queue_services.queue_ensure(
+        client_id=client.id, durable_id=durable_id, conflate=client.conflate
+    )
+    if lost:
+        pending = QUEUE_LOST
+    return HelloResult(client=client, pending_events=pending)
+
+
+def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
+    """Handle a socket that went away (close keepalive=true, or dropped).
+
+    Durable: keep queue and durable interests, start the timeout. Non-durable:
+    delete everything. A late call for a socket that is no longer the
+    client's current one changes nothing.
+    """
+    with transaction.atomic():
+        client = (
+            DurableClient.objects.select_for_update()
+            .filter(pk=client_id, channel_name=channel_name)
+            .first()
+        )
+        if client is None:
+            return
+        if not client.is_durable:
+            _delete_client(client)
+            return
+        _mark_disconnected(client)
+    queue_services.queue_reset_delivery(client_id=client_id)
+
+
+def _mark_disconnected(client: DurableClient) -> None:
+    now = timezone.now()
+    client.interests.filter(is_durable=False).delete()
+    client.is_connected = False
+    client.channel_name = ""
+    client.disconnected_at = now
+    client.expires_at = now + timedelta(seconds=client.timeout)
+    client.save()
+
+
+def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) -> None:
+    """Handle the ``close`` frame: keep for ``timeout`` or delete at once."""
+    if keepalive:
+        client_disconnected(client_id=client_id, channel_name=channel_name)
+        return
+    with transaction.atomic():
+        client = (
+            DurableClient.objects.select_for_update()
+            .filter(pk=client_id, channel_name=channel_name)
+            .first()
+        )
+        if client is not None:
+            _delete_client(client)
+
+
+def _delete_client(client: DurableClient) -> None:
+    """Delete a client, its registrations and its queue on every host."""
+    client_id, hosts = client.id, client.hosts
+    client.delete()
+
+    def drop_queues() -> None:
+        from clients.tasks import drop_queue_on
+
+        for host in hosts:
+            if host == _self():
+                queue_services.queue_drop(client_id=client_id)
+            else:
+                drop_queue_on(host, client_id)
+
+    transaction.on_commit(drop_queues)
+
+
+def client_get_for(*, user: Any, durable_id: str) -> DurableClient:
+    """Return a durable client visible to ``user`` (operators see all)."""
+    client = DurableClient.objects.filter(durable_id=durable_id).first()
+    if client is None or not (user.is_staff or client.owner_id == user.pk):
+        raise UnknownClientError(f"no durable client {durable_id!r}")
+    return client
+
+
+def client_delete(*, user: Any, durable_id: str) -> None:
+    """Close a durable client for good: drop its queue and socket (4410)."""
+    with transaction.atomic():
+        client = client_get_for(user=user, durable_id=durable_id)
+        client = DurableClient.objects.select_for_update().get(pk=client.pk)
+        client_id = client.id
+        _delete_client(client)
+        transaction.on_commit(lambda: notify.close_client(client_id, CLOSE_BY_OPERATOR))
+
+
+def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
+    """Return the caller's durable client, creating it offline when unknown.
+
+    A created client is hosted on this node, ``disconnected``, and its
+    timeout starts now (REST pre-registration of durable interest).
+    """
+    validate_name(durable_id, what="durable_id")
+    try:
+        return client_get_for(user=user, durable_id=durable_id)
+    except UnknownClientError:
+        if DurableClient.objects.filter(durable_id=durable_id).exists():
+            raise
+    now = timezone.now()
+    timeout = settings.DURABLECACHE_DEFAULT_TIMEOUT_S
+    try:
+        with transaction.atomic():
+            LostQueue.objects.filter(durable_id=durable_id).delete()
+            client = DurableClient.objects.create(
+                durable_id=durable_id,
+                owner=user,
+                timeout=timeout,
+                primary=_self(),
+                disconnected_at=now,
+                expires_at=now + timedelta(seconds=timeout),
+            )
+    except IntegrityError:
+        return client_get_for(user=user, durable_id=durable_id)
+    queue_services.queue_ensure(
+        client_id=client.id, durable_id=durable_id, conflate=client.conflate
+    )
+    return client
+
+
+def interest_register(
+    *,
+    client: DurableClient,
+    region: str,
+    selector: Selector,
+    is_durable: bool,
+    policy: str,
+) -> list[Interest]:
+    """Register (idempotently) one selector; return its interest rows.
+
+    New rows see events with seq above the log head read here, and the
+    image is read after that, so nothing written in between is missed
+    (the client's cache ignores an event no newer than its image).
+    """
+    cache_selectors.region_get(name=region)
+    if is_durable and not client.is_durable:
+        raise ValidationError("durable interest needs a durable client")
+    since = cache_selectors.event_log_head()
+    rows = []
+    with transaction.atomic():
+        for value in selector.values:
+            interest, created = Interest.objects.get_or_create(
+                client=client,
+                region=region,
+                kind=selector.kind,
+                selector=value,
+                defaults={
+                    "is_durable": is_durable,
+                    "policy": policy,
+                    "since_seq": since,
+                },
+            )
+            if not created and (
+                interest.is_durable != is_durable or interest.policy != policy
+            ):
+                interest.is_durable = is_durable
+                interest.policy = policy
+                interest.save(update_fields=["is_durable", "policy"])
+            rows.append(interest)
+    return rows
+
+
+def interest_unregister(
+    *, client: DurableClient, region: str, selector: Selector
+) -> int:
+    """Remove the rows of one selector; return how many went."""
+    return Interest.objects.filter(
+        client=client, region=region, kind=selector.kind, selector__in=selector.values
+    ).delete()[0]
+
+
+def interest_delete(*, client: DurableClient, pk: int) -> None:
+    if Interest.objects.filter(client=client, pk=pk).delete()[0] == 0:
+        raise UnknownClientError(f"no interest {pk}")
+
+
+def clients_expire() -> int:
+    """Expire disconnected durable clients past their timeout; return the count.
+
+    Idempotent: several nodes may run it at once; each client is expired by
+    whoever locks it first, and its id remembered for ``pending_events: -1``.
+    """
+    now = timezone.now()
+    due = list(
+        DurableClient.objects.filter(
+            is_connected=False, expires_at__lte=now, durable_id__isnull=False
+        ).values_list("pk", flat=True)[:500]
+    )
+    count = 0
+    for pk in due:
+        with transaction.atomic():
+            client = (
+                DurableClient.objects.select_for_update()
+                .filter(pk=pk, is_connected=False, expires_at__lte=now)
+                .first()
+            )
+            if client is None:
+                continue
+            LostQueue.objects.update_or_create(
+                durable_id=client.durable_id, defaults={"reason": "expired"}
+            )
+            _delete_client(client)
+            count += 1
+    return count
+
+
+def clients_node_restarted(*, node: str) -> int:
+    """Mark every client connected to ``node`` as dropped (the node restarted)."""
+    count = 0
+    for client in DurableClient.objects.filter(is_connected=True, node=node):
+        client_disconnected(client_id=client.id, channel_name=client.channel_name)
+        count += 1
+    return count
+
+
+def interest_unregister_checked(
+    *, client: DurableClient, region: str, selector: Selector
+) -> int:
+    """Unregister after checking the region exists (``no_such_region``)."""
+    cache_selectors.region_get(name=region)
+    return interest_unregister(client=client, region=region, selector=selector)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DurablecacheConfig(AppConfig):
+    name = "durablecache"
+    verbose_name = "durablecache"

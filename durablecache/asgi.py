@@ -1,0 +1,53 @@
+"""ASGI entry point: HTTP to Django, websockets through origin and token checks."""
+
+import os
+from typing import Any
+from urllib.parse import unquote
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
+django_asgi_app = get_asgi_application()
+
+# Imported after the app registry is ready (channels#2068).
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from clients.middleware import OriginCheckMiddleware, TokenAuthMiddleware  # noqa: E402
+from clients.routing import websocket_urlpatterns  # noqa: E402
+
+# A character that can never be part of a key (keys exclude category Cc);
+# entry views turn it back into "/" (docs/protocol.md#keys-in-urls).
+ENCODED_SLASH = "\x1f"
+
+
+class EncodedSlashMiddleware:
+    """Keep ``%2F`` inside a path segment from splitting it.
+
+    ASGI servers decode the path before routing; an entry key may hold "/",
+    and the URL's ``%2F`` is part of the key, so the raw path is re-decoded
+    segment by segment with decoded slashes swapped for ENCODED_SLASH.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        raw = scope.get("raw_path")
+        if raw and b"%2f" in raw.lower():
+            raw_text = raw.decode("latin-1").split("?", 1)[0]
+            segments = [
+                unquote(seg, errors="strict").replace("/", ENCODED_SLASH)
+                for seg in raw_text.split("/")
+            ]
+            scope = dict(scope, path="/".join(segments))
+        return await self.app(scope, receive, send)
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": EncodedSlashMiddleware(django_asgi_app),
+        "websocket": OriginCheckMiddleware(
+            TokenAuthMiddleware(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

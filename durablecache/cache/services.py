@@ -1,0 +1,190 @@
+"""Every write to regions and entries; each one appends to the event log.
+
+Lock order everywhere: the EventLog row first, then entry rows. The first
+lock serialises writers, which makes event seq order equal commit order and
+per-key versions strictly increasing (docs/protocol.md#ordering).
+"""
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from durablecache.cache import hooks
+from durablecache.cache.exceptions import (
+    NoSuchRegionError,
+    NotFoundError,
+    RegionExistsError,
+    ValidationError,
+)
+from durablecache.cache.models import Entry, Event, EventLog, Op, Region
+from durablecache.cache.validation import (
+    validate_json_value,
+    validate_key,
+    validate_name,
+)
+
+MAX_PUTALL = 10000
+
+
+def _lock_log() -> EventLog:
+    log = EventLog.objects.select_for_update().filter(pk=1).first()
+    if log is None:
+        EventLog.objects.get_or_create(pk=1)
+        log = EventLog.objects.select_for_update().get(pk=1)
+    return log
+
+
+def _append_events(log: EventLog, specs: list[dict[str, Any]]) -> list[Event]:
+    """Give each spec the next seq and an id, and insert them in one batch."""
+    now = timezone.now()
+    events = []
+    for spec in specs:
+        log.last_seq += 1
+        events.append(
+            Event(seq=log.last_seq, event_id=uuid.uuid4().hex, ts=now, **spec)
+        )
+    Event.objects.bulk_create(events)
+    log.save(update_fields=["last_seq"])
+    hooks.events_written(log.last_seq)
+    return events
+
+
+def _region(name: str) -> Region:
+    region = Region.objects.filter(name=name).first()
+    if region is None:
+        raise NoSuchRegionError(f"region {name!r} does not exist")
+    return region
+
+
+def region_create(*, name: str, conflate_events: bool = False) -> Region:
+    """Create a region; a second create of the same name is a conflict."""
+    validate_name(name, what="region name")
+    if not isinstance(conflate_events, bool):
+        raise ValidationError("conflate_events must be a boolean")
+    with transaction.atomic():
+        _lock_log()
+        if Region.objects.filter(name=name).exists():
+            raise RegionExistsError(f"region {name!r} already exists")
+        return Region.objects.create(name=name, conflate_events=conflate_events)
+
+
+def region_destroy(*, name: str) -> Event:
+    """Delete a region and its entries; emit ``region_destroy``."""
+    with transaction.atomic():
+        log = _lock_log()
+        region = _region(name)
+        (event,) = _append_events(
+            log, [{"region": name, "key": None, "op": Op.REGION_DESTROY}]
+        )
+        region.delete()
+    return event
+
+
+def region_clear(*, name: str) -> Event:
+    """Destroy every entry of a region (versions are kept); emit one event."""
+    with transaction.atomic():
+        log = _lock_log()
+        region = _region(name)
+        Entry.objects.filter(region=region, is_destroyed=False).update(
+            is_destroyed=True, value=None, updated_at=timezone.now()
+        )
+        (event,) = _append_events(
+            log, [{"region": name, "key": None, "op": Op.REGION_CLEAR}]
+        )
+    return event
+
+
+def _change(
+    region: Region, entry: Entry | None, key: str, op: str, value: Any
+) -> tuple[Entry, dict[str, Any]]:
+    """Apply one change to an entry row (created when missing)."""
+    now = timezone.now()
+    if entry is None:
+        entry = Entry(region=region, key=key, version=0)
+    entry.version += 1
+    entry.value = value
+    entry.is_destroyed = op == Op.DESTROY
+    entry.updated_at = now
+    spec = {
+        "region": region.name,
+        "key": key,
+        "op": op,
+        "value": value,
+        "version": entry.version,
+        "conflate": region.conflate_events,
+    }
+    return entry, spec
+
+
+def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
+    """Create or update many keys at once: all or nothing, one event per key."""
+    if not isinstance(entries, Mapping) or not entries:
+        raise ValidationError("entries must be a non-empty object")
+    if len(entries) > MAX_PUTALL:
+        raise ValidationError(f"at most {MAX_PUTALL} entries per putall")
+    for key, value in entries.items():
+        validate_key(key)
+        validate_json_value(value)
+    with transaction.atomic():
+        log = _lock_log()
+        reg = _region(region)
+        existing = {
+            e.key: e
+            for e in Entry.objects.select_for_update().filter(
+                region=reg, key__in=list(entries)
+            )
+        }
+        to_create, to_update, specs = [], [], []
+        for key in sorted(entries):
+            old = existing.get(key)
+            op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE
+            entry, spec = _change(reg, old, key, op, entries[key])
+            (to_create if old is None else to_update).append(entry)
+            specs.append(spec)
+        Entry.objects.bulk_create(to_create)
+        Entry.objects.bulk_update(
+            to_update, ["value", "version", "is_destroyed", "updated_at"]
+        )
+        return _append_events(log, specs)
+
+
+def entry_put(*, region: str, key: str, value: Any) -> tuple[Entry, Event]:
+    """Create or update one key; return the entry and its event."""
+    validate_key(key)
+    validate_json_value(value)
+    with transaction.atomic():
+        log = _lock_log()
+        reg = _region(region)
+        old = Entry.objects.select_for_update().filter(region=reg, key=key).first()
+        op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE
+        entry, spec = _change(reg, old, key, op, value)
+        entry.save()
+        (event,) = _append_events(log, [spec])
+    return entry, event
+
+
+def _existing_change(region: str, key: str, op: str) -> tuple[Entry, Event]:
+    validate_key(key)
+    with transaction.atomic():
+        log = _lock_log()
+        reg = _region(region)
+        old = Entry.objects.select_for_update().filter(region=reg, key=key).first()
+        if old is None or old.is_destroyed:
+            raise NotFoundError(f"no entry {key!r} in region {region!r}")
+        entry, spec = _change(reg, old, key, op, None)
+        entry.save()
+        (event,) = _append_events(log, [spec])
+    return entry, event
+
+
+def entry_destroy(*, region: str, key: str) -> tuple[Entry, Event]:
+    """Destroy one key (its version goes on if it is created again)."""
+    return _existing_change(region, key, Op.DESTROY)
+
+
+def entry_invalidate(*, region: str, key: str) -> tuple[Entry, Event]:
+    """Set a key's value to null, keeping the key."""
+    return _existing_change(region, key, Op.INVALIDATE)

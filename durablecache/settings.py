@@ -1,0 +1,193 @@
+"""The one settings module; every deployment knob comes from the environment.
+
+See docs/configuration.md for each variable.
+"""
+
+from pathlib import Path
+
+from durablecache.env import (
+    database_config,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DATA_DIR = Path(env_str("DURABLECACHE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+SECRET_KEY = env_str(
+    "DJANGO_SECRET_KEY", "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+)
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "durablecache.cache",
+    "durablecache",
+    "clients",
+    "queues",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "durablecache.middleware.BodySizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "durablecache.urls"
+ASGI_APPLICATION = "durablecache.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# The node this process belongs to; set by `manage.py runnode`.
+DURABLECACHE_NODE_NAME = env_str("DURABLECACHE_NODE_NAME", "node-1")
+DURABLECACHE_NODE_URL = env_str("DURABLECACHE_NODE_URL", "http://127.0.0.1:8000")
+
+_node_store_url = env_str("DURABLECACHE_NODE_STORE_URL", "").replace(
+    "{node}", DURABLECACHE_NODE_NAME
+)
+DATABASES = {
+    "default": database_config(
+        env_str("DURABLECACHE_DATABASE_URL", ""),
+        sqlite_default_path=str(DATA_DIR / "cluster.sqlite3"),
+    ),
+    # The node store: the queue rows this node hosts (queues app only).
+    "node": database_config(
+        _node_store_url,
+        sqlite_default_path=str(
+            DATA_DIR / "nodes" / f"{DURABLECACHE_NODE_NAME}.sqlite3"
+        ),
+    ),
+}
+DATABASE_ROUTERS = ["queues.routers.NodeStoreRouter"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ATOMIC_REQUESTS = False
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+DURABLECACHE_REDIS_URL = env_str("DURABLECACHE_REDIS_URL", "")
+if DURABLECACHE_REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [DURABLECACHE_REDIS_URL],
+                # Doorbells only: a lost one is healed by the consumer's poll.
+                "capacity": 5000,
+                "expiry": 60,
+                "group_expiry": 86400,
+            },
+        }
+    }
+    CELERY_BROKER_URL = DURABLECACHE_REDIS_URL
+else:
+    # No Redis configured (one-off management commands, unit tests): doorbells
+    # and tasks go nowhere, and the rows are healed by the nodes' sweeps.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "durablecache.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "STRICT_JSON": True,
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "durablecache API",
+    "VERSION": "1",
+    "DESCRIPTION": "Regions, entries and durable clients; see docs/protocol.md.",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# Our own knobs (docs/configuration.md), read at call time via settings.
+DURABLECACHE_HEARTBEAT_S = env_float("DURABLECACHE_HEARTBEAT_S", 1.0, minimum=0.05)
+DURABLECACHE_NODE_TIMEOUT_S = env_float("DURABLECACHE_NODE_TIMEOUT_S", 5.0, minimum=0.1)
+DURABLECACHE_EXPIRY_CHECK_S = env_float(
+    "DURABLECACHE_EXPIRY_CHECK_S", 1.0, minimum=0.05
+)
+DURABLECACHE_DEFAULT_TIMEOUT_S = env_int(
+    "DURABLECACHE_DEFAULT_TIMEOUT_S", 300, minimum=0
+)
+DURABLECACHE_MAX_FRAME_BYTES = env_int(
+    "DURABLECACHE_MAX_FRAME_BYTES", 1048576, minimum=1024
+)
+DURABLECACHE_MAX_BODY_BYTES = env_int(
+    "DURABLECACHE_MAX_BODY_BYTES", 8388608, minimum=1024
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = DURABLECACHE_MAX_BODY_BYTES
+DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
+DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)
+DURABLECACHE_FANOUT_BATCH = env_int("DURABLECACHE_FANOUT_BATCH", 1000, minimum=1)
+DURABLECACHE_POLL_S = env_float("DURABLECACHE_POLL_S", 1.0, minimum=0.05)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", "WARNING")},
+}

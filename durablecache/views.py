@@ -1,0 +1,58 @@
+"""Small project-level HTTP views: health check and Prometheus metrics."""
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from durablecache.cache.models import Event, Region
+from queues import selectors as queue_selectors
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness of this node's HTTP side (used by runnode to say 'ready')."""
+    return JsonResponse({"status": "ok", "node": settings.DURABLECACHE_NODE_NAME})
+
+
+class _NodeCollector:
+    """Gauges read from the databases at scrape time (cheap counts)."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from clients.models import DurableClient
+
+        node = settings.DURABLECACHE_NODE_NAME
+        sizes = queue_selectors.queue_sizes()
+        gauges = [
+            ("durablecache_regions", "Regions in the cluster", Region.objects.count()),
+            (
+                "durablecache_durable_clients",
+                "Durable clients in the cluster",
+                DurableClient.objects.filter(durable_id__isnull=False).count(),
+            ),
+            (
+                "durablecache_connected_clients",
+                "Clients connected to this node",
+                DurableClient.objects.filter(is_connected=True, node=node).count(),
+            ),
+            ("durablecache_hosted_queues", "Queues in this node store", len(sizes)),
+            (
+                "durablecache_queued_events",
+                "Events queued in this node store",
+                sum(sizes.values()),
+            ),
+            (
+                "durablecache_event_log_rows",
+                "Events kept in the cluster event log",
+                Event.objects.count(),
+            ),
+        ]
+        for name, doc, value in gauges:
+            family = GaugeMetricFamily(name, doc, labels=["node"])
+            family.add_metric([node], value)
+            yield family
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    registry = CollectorRegistry()
+    registry.register(_NodeCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

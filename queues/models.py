@@ -1,0 +1,60 @@
+"""Rows of the node store: the subscription queues this node hosts.
+
+A node reads and writes only its own store. Replicated to other hosts by
+task (issue: redundancy); a field added to QueueEntry must be added to
+``queues.services.entry_from_event`` and ``queues.selectors.entry_to_frame``.
+"""
+
+from django.db import models
+
+
+class QueueState(models.Model):
+    """The head of one client's queue on this node."""
+
+    client_id = models.UUIDField(primary_key=True)
+    durable_id = models.CharField(max_length=128, null=True, blank=True)
+    conflate = models.CharField(max_length=8, default="server")
+    # Highest seq handed out; queue seqs are unique and increasing per queue.
+    last_seq = models.BigIntegerField(default=0)
+    acked_through = models.BigIntegerField(default=0)
+    # Highest seq sent on the current session; updates after it conflate.
+    delivered_through = models.BigIntegerField(default=0)
+    size = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.durable_id or self.client_id} ({self.size})"
+
+
+class QueueEntry(models.Model):
+    queue = models.ForeignKey(QueueState, on_delete=models.CASCADE, related_name="+")
+    seq = models.BigIntegerField()
+    event_seq = models.BigIntegerField()
+    event_id = models.CharField(max_length=32)
+    region = models.CharField(max_length=128)
+    key = models.CharField(max_length=512, null=True)
+    op = models.CharField(max_length=16)
+    value = models.JSONField(null=True)
+    version = models.BigIntegerField(null=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "queue entries"
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "seq"], name="queue_entry_seq")
+        ]
+        indexes = [models.Index(fields=["queue", "region", "key"])]
+
+    def __str__(self) -> str:
+        return f"{self.queue_id}#{self.seq} {self.op}"
+
+
+class FanoutCursor(models.Model):
+    """How far this node has read the cluster event log (one row)."""
+
+    node = models.CharField(max_length=128, primary_key=True)
+    fanout_through = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.node} at {self.fanout_through}"

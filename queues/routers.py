@@ -1,0 +1,25 @@
+"""Send the queues app to the node store and everything else to the cluster."""
+
+from typing import Any
+
+NODE_STORE = "node"
+APP = "queues"
+
+
+class NodeStoreRouter:
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return NODE_STORE if model._meta.app_label == APP else "default"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return NODE_STORE if model._meta.app_label == APP else "default"
+
+    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
+        same = (obj1._meta.app_label == APP) == (obj2._meta.app_label == APP)
+        return same
+
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+    ) -> bool:
+        if app_label == APP:
+            return db == NODE_STORE
+        return db == "default"

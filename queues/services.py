@@ -1,0 +1,155 @@
+"""Write-side operations on the subscription queues of this node's store.
+
+Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
+Every function here touches only the ``node`` database alias.
+"""
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import transaction
+
+from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.routers import NODE_STORE
+
+
+def _conflates(state: QueueState, event: Any) -> bool:
+    if event.op != "update":
+        return False
+    if state.conflate == "true":
+        return True
+    if state.conflate == "false":
+        return False
+    return bool(event.conflate)
+
+
+def queue_ensure(
+    *, client_id: uuid.UUID, durable_id: str | None, conflate: str
+) -> QueueState:
+    """Create the client's queue on this node if missing; update its mode."""
+    with transaction.atomic(using=NODE_STORE):
+        state, created = QueueState.objects.select_for_update().get_or_create(
+            client_id=client_id,
+            defaults={"durable_id": durable_id, "conflate": conflate},
+        )
+        if not created and state.conflate != conflate:
+            state.conflate = conflate
+            state.save(update_fields=["conflate"])
+    return state
+
+
+def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, int]:
+    """Append events to queues on this node; return each queue's new head seq.
+
+    Must run inside a transaction on the node store (the fan-out holds one
+    with its cursor, so appends and cursor move together). Queues are locked
+    in client id order so two appenders can never deadlock. Queues that do
+    not exist on this node are skipped.
+    """
+    heads: dict[uuid.UUID, int] = {}
+    for client_id in sorted(appends):
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        if state is None:
+            continue
+        heads[client_id] = _append(state, appends[client_id])
+    return heads
+
+
+def _append(state: QueueState, events: Sequence[Any]) -> int:
+    """Append to one locked queue, conflating superseded undelivered updates."""
+    new: list[QueueEntry | None] = []
+    pending_update: dict[tuple[str, str | None], int] = {}
+    deleted = 0
+    for event in events:
+        state.last_seq += 1
+        ident = (event.region, event.key)
+        if _conflates(state, event):
+            if ident in pending_update:
+                new[pending_update[ident]] = None
+            else:
+                deleted += QueueEntry.objects.filter(
+                    queue=state,
+                    region=event.region,
+                    key=event.key,
+                    op="update",
+                    seq__gt=state.delivered_through,
+                ).delete()[0]
+            pending_update[ident] = len(new)
+        new.append(entry_from_event(state, state.last_seq, event))
+    rows = [row for row in new if row is not None]
+    QueueEntry.objects.bulk_create(rows)
+    state.size += len(rows) - deleted
+    state.save(update_fields=["last_seq", "size"])
+    return state.last_seq
+
+
+def entry_from_event(state: QueueState, seq: int, event: Any) -> QueueEntry:
+    return QueueEntry(
+        queue=state,
+        seq=seq,
+        event_seq=event.seq,
+        event_id=event.event_id,
+        region=event.region,
+        key=event.key,
+        op=event.op,
+        value=event.value,
+        version=event.version,
+        ts=event.ts,
+    )
+
+
+def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
+    """Drop every entry with seq <= up_to; return how many went."""
+    with transaction.atomic(using=NODE_STORE):
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        if state is None or up_to <= state.acked_through:
+            return 0
+        deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
+        state.acked_through = up_to
+        state.delivered_through = max(state.delivered_through, up_to)
+        state.size = max(0, state.size - deleted)
+        state.save(update_fields=["acked_through", "delivered_through", "size"])
+    return deleted
+
+
+def queue_mark_delivered(*, client_id: uuid.UUID, through: int) -> None:
+    """Record that the session has sent everything through ``through``."""
+    QueueState.objects.filter(pk=client_id, delivered_through__lt=through).update(
+        delivered_through=through
+    )
+
+
+def queue_reset_delivery(*, client_id: uuid.UUID) -> None:
+    """Forget what the ended session was sent: unacked entries are undelivered."""
+    with transaction.atomic(using=NODE_STORE):
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        if state is not None:
+            state.delivered_through = state.acked_through
+            state.save(update_fields=["delivered_through"])
+
+
+def queue_drop(*, client_id: uuid.UUID) -> bool:
+    """Delete a client's queue on this node; return whether it existed."""
+    with transaction.atomic(using=NODE_STORE):
+        QueueEntry.objects.filter(queue_id=client_id).delete()
+        return QueueState.objects.filter(pk=client_id).delete()[0] > 0
+
+
+def queue_drop_orphans(*, keep: Iterable[uuid.UUID]) -> int:
+    """Delete queues whose client is gone from the cluster; return the count."""
+    keep_set = set(keep)
+    orphans = [
+        pk
+        for pk in QueueState.objects.values_list("client_id", flat=True)
+        if pk not in keep_set
+    ]
+    for pk in orphans:
+        queue_drop(client_id=pk)
+    return len(orphans)
+
+
+def cursor_lock(node: str) -> FanoutCursor:
+    """Lock this node's fan-out cursor (call inside a node-store transaction)."""
+    cursor, _ = FanoutCursor.objects.select_for_update().get_or_create(node=node)
+    return cursor

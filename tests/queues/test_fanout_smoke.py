@@ -1,0 +1,58 @@
+import uuid
+
+import pytest
+
+from clients import fanout, services
+from clients.matching import parse_selector
+from durablecache.cache import services as cache_services
+from queues import selectors as queue_selectors
+from queues import services as queue_services
+
+pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
+
+def _hello(user, durable_id="d1", **extra):
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(user=user, channel_name="ch-1", options=options)
+
+
+def test_put_reaches_interested_durable_queue(user, region):
+    result = _hello(user)
+    assert result.pending_events == -2
+    services.interest_register(
+        client=result.client,
+        region="prices",
+        selector=parse_selector({"keys": ["a"]}),
+        is_durable=True,
+        policy="keys_values",
+    )
+    cache_services.entry_put(region="prices", key="a", value=1)
+    cache_services.entry_put(region="prices", key="b", value=2)
+    assert fanout.fanout_node("node-1") == 2
+    rows = queue_selectors.queue_entries_after(
+        client_id=result.client.id, after=0, limit=10
+    )
+    assert [(r.key, r.op, r.value, r.version) for r in rows] == [("a", "create", 1, 1)]
+    assert queue_selectors.queue_size(client_id=result.client.id) == 1
+    assert queue_selectors.queue_size(client_id=uuid.uuid4()) == -2
+
+
+def test_conflation_create_plus_four_updates(user):
+    cache_services.region_create(name="c", conflate_events=True)
+    client = _hello(user, "conf").client
+    other = _hello(user, "noconf", conflate=False).client
+    for c in (client, other):
+        services.interest_register(
+            client=c,
+            region="c",
+            selector=parse_selector({"all_keys": True}),
+            is_durable=True,
+            policy="none",
+        )
+    for value in range(5):
+        cache_services.entry_put(region="c", key="k", value=value)
+    fanout.fanout_node("node-1")
+    assert queue_selectors.queue_size(client_id=client.id) == 2
+    assert queue_selectors.queue_size(client_id=other.id) == 5
+    queue_services.queue_ack(client_id=other.id, up_to=3)
+    assert queue_selectors.queue_size(client_id=other.id) == 2
