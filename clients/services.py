@@ -140,6 +140,7 @@ def client_hello(
             ):
                 return HelloResult(client=None, redirect_url=_ws_url(primary))
         lost = False
+        returning = client is not None and client.is_durable
         if client is None:
             if durable_id is not None:
                 lost = LostQueue.objects.filter(durable_id=durable_id).delete()[0] > 0
@@ -162,7 +163,9 @@ def client_hello(
     queue_services.queue_ensure(
         client_id=client.id, durable_id=durable_id, conflate=client.conflate
     )
-    if lost:
+    if lost or (returning and pending == NO_QUEUE):
+        # A known durable client whose queue is gone from its host (its
+        # store was lost): say so rather than hand it an empty queue.
         pending = QUEUE_LOST
     return HelloResult(client=client, pending_events=pending)
 

@@ -20,10 +20,12 @@ def node_queue(node: str) -> str:
     return f"node.{node}"
 
 
-def _send(task, node: str, *args) -> None:
+def _send(task, node: str, *args, expires: float | None = None) -> None:
     """Ring a node's worker; a broker outage only delays the work."""
     try:
-        task.apply_async(args=list(args), queue=node_queue(node), retry=False)
+        task.apply_async(
+            args=list(args), queue=node_queue(node), retry=False, expires=expires
+        )
     except Exception:
         log.warning("could not enqueue %s for %s", task.name, node, exc_info=True)
 
@@ -53,4 +55,7 @@ def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
 
 def tick_on(node: str | None = None) -> None:
     node = node or settings.DURABLECACHE_NODE_NAME
-    _send(tick_task, node, node)
+    # A tick nobody ran in time is superseded by the next one.
+    _send(
+        tick_task, node, node, expires=max(2.0, settings.DURABLECACHE_HEARTBEAT_S * 3)
+    )

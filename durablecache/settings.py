@@ -114,7 +114,15 @@ if DURABLECACHE_REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [DURABLECACHE_REDIS_URL],
+                # redis-py 8 reads with a 5 s socket timeout by default, the
+                # same as channels_redis' 5 s BZPOPMIN: give the read room.
+                "hosts": [
+                    {
+                        "address": DURABLECACHE_REDIS_URL,
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
+                    }
+                ],
                 # Doorbells only: a lost one is healed by the consumer's poll.
                 "capacity": 5000,
                 "expiry": 60,

@@ -153,3 +153,15 @@ def cursor_lock(node: str) -> FanoutCursor:
     """Lock this node's fan-out cursor (call inside a node-store transaction)."""
     cursor, _ = FanoutCursor.objects.select_for_update().get_or_create(node=node)
     return cursor
+
+
+def cursor_init(*, node: str, head: int) -> None:
+    """Create this node's fan-out cursor at ``head`` if the store is new.
+
+    A new store hosts no queue yet, so events before ``head`` concern no one
+    here; starting at the head spares a scan of the whole log.
+    """
+    with transaction.atomic(using=NODE_STORE):
+        FanoutCursor.objects.get_or_create(
+            node=node, defaults={"fanout_through": head}
+        )

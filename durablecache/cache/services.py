@@ -19,7 +19,7 @@ from durablecache.cache.exceptions import (
     RegionExistsError,
     ValidationError,
 )
-from durablecache.cache.models import Entry, Event, EventLog, Op, Region
+from durablecache.cache.models import Entry, Event, EventLog, Node, Op, Region
 from durablecache.cache.validation import (
     validate_json_value,
     validate_key,
@@ -188,3 +188,27 @@ def entry_destroy(*, region: str, key: str) -> tuple[Entry, Event]:
 def entry_invalidate(*, region: str, key: str) -> tuple[Entry, Event]:
     """Set a key's value to null, keeping the key."""
     return _existing_change(region, key, Op.INVALIDATE)
+
+
+def node_register(*, name: str, url: str) -> Node:
+    """Record that ``name`` (re)started at ``url``; it is up from now."""
+    now = timezone.now()
+    node, _ = Node.objects.update_or_create(
+        name=name,
+        defaults={
+            "url": url,
+            "started_at": now,
+            "last_heartbeat": now,
+            "is_draining": False,
+        },
+    )
+    return node
+
+
+def node_heartbeat(*, name: str) -> None:
+    Node.objects.filter(name=name).update(last_heartbeat=timezone.now())
+
+
+def node_drain(*, name: str) -> None:
+    """Mark a node as stopping: it is no longer offered to clients."""
+    Node.objects.filter(name=name).update(is_draining=True)

@@ -1,0 +1,48 @@
+# durablecache: `make run` (a local cluster) and `make test` need only python3.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+NODES ?= 1
+PORT ?= 8000
+DATA_DIR ?= $(or $(DURABLECACHE_DATA_DIR),var)
+
+.PHONY: install run test lint format clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check -e sdk/python
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	@mkdir -p $(DATA_DIR)
+	@$(PY) manage.py migrate -v0
+	@$(PY) manage.py issue_token admin --operator --new-password > $(DATA_DIR)/admin.txt
+	@echo "------------------------------------------------------------------"
+	@echo " durablecache: $(NODES) node(s) from http://127.0.0.1:$(PORT)"
+	@echo " dashboard:    http://127.0.0.1:$(PORT)/dashboard/"
+	@echo "   log in as admin, $$(head -1 $(DATA_DIR)/admin.txt)"
+	@echo " API token:    $$(tail -1 $(DATA_DIR)/admin.txt)  (operator)"
+	@echo " websocket:    ws://127.0.0.1:$(PORT)/ws/v1/subscribe"
+	@echo " stop with Ctrl-C"
+	@echo "------------------------------------------------------------------"
+	@exec $(PY) manage.py runcluster --nodes $(NODES) --base-port $(PORT)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: install
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+test: lint
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py check
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,144 @@
+"""``manage.py runnode --name NAME --port P``: one node as one process group."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from clients import services as client_services
+from clients.tasks import tick_on
+from durablecache import nodes
+from durablecache.cache import selectors as cache_selectors
+from durablecache.cache import services as cache_services
+from durablecache.cache.validation import validate_name
+from queues import notify
+from queues import services as queue_services
+
+CLOSE_SHUTDOWN = 4503
+STOP_GRACE_S = 20
+
+
+class Command(BaseCommand):
+    help = "Run one node: Daphne (HTTP + websockets) and its Celery worker."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--port", type=int, required=True)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--url", help="public base URL [http://HOST:PORT]")
+        parser.add_argument("--concurrency", type=int, default=4)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        name = opts["name"]
+        try:
+            validate_name(name, what="node name")
+        except Exception as exc:
+            raise CommandError(str(exc)) from exc
+        url = opts["url"] or f"http://{opts['host']}:{opts['port']}"
+        if os.environ.get("DURABLECACHE_NODE_NAME") != name:
+            # Settings (the node store path) depend on the node name: start
+            # again with it in the environment.
+            env = nodes.child_env(
+                DURABLECACHE_NODE_NAME=name, DURABLECACHE_NODE_URL=url
+            )
+            os.execve(sys.executable, [sys.executable, *sys.argv], env)  # noqa: S606
+        if not settings.DURABLECACHE_REDIS_URL:
+            raise CommandError(
+                "runnode needs DURABLECACHE_REDIS_URL (runcluster starts an "
+                "embedded Redis for a local cluster)"
+            )
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass  # already a group (or session) leader
+        Node(name, url, opts).run(self.stdout)
+
+
+class Node:
+    def __init__(self, name: str, url: str, opts: dict[str, Any]) -> None:
+        self.name, self.url, self.opts = name, url, opts
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.stopping = False
+
+    def run(self, out: Any) -> None:
+        self.prepare()
+        env = nodes.child_env(
+            DURABLECACHE_NODE_NAME=self.name, DURABLECACHE_NODE_URL=self.url
+        )
+        self.children = [
+            subprocess.Popen(
+                nodes.worker_command(self.name, self.opts["concurrency"]), env=env
+            ),
+            subprocess.Popen(
+                nodes.daphne_command(self.opts["host"], self.opts["port"]), env=env
+            ),
+        ]
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        if not nodes.wait_http(f"{self.url}/healthz/", timeout=60, alive=self.alive):
+            self.stop()
+            raise CommandError(f"{self.name} did not come up")
+        out.write(f"{self.name} {self.url} ready")
+        out.flush()
+        self.supervise()
+
+    def prepare(self) -> None:
+        """Create and migrate the node store; forget sockets of a past life."""
+        nodes.ensure_node_store()
+        call_command("migrate", database="node", verbosity=0, interactive=False)
+        queue_services.cursor_init(
+            node=self.name, head=cache_selectors.event_log_head()
+        )
+        cache_services.node_register(name=self.name, url=self.url)
+        client_services.clients_node_restarted(node=self.name)
+
+    def alive(self) -> bool:
+        return all(child.poll() is None for child in self.children)
+
+    def request_stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def supervise(self) -> None:
+        interval = min(
+            settings.DURABLECACHE_HEARTBEAT_S, settings.DURABLECACHE_EXPIRY_CHECK_S
+        )
+        while not self.stopping:
+            if not self.alive():
+                # A child died: the node is down; end the group like a crash.
+                self.stop()
+                sys.exit(1)
+            try:
+                cache_services.node_heartbeat(name=self.name)
+                tick_on(self.name)
+            except Exception as exc:
+                sys.stderr.write(f"{self.name}: heartbeat failed: {exc}\n")
+            time.sleep(interval)
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Graceful stop: leave the cluster, close sockets with 4503, exit."""
+        try:
+            cache_services.node_drain(name=self.name)
+            notify.close_node(self.name, CLOSE_SHUTDOWN)
+        except Exception as exc:
+            sys.stderr.write(f"{self.name}: drain failed: {exc}\n")
+        time.sleep(0.5)
+        self.stop()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in self.children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=5)

@@ -1,0 +1,168 @@
+"""Service tests for hello, disconnect, expiry and interests (no sockets)."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from clients import fanout, services
+from clients.exceptions import ClientConnectedError, ClientOwnedError
+from clients.matching import parse_selector
+from clients.models import DurableClient, Interest, LostQueue
+from durablecache.cache import services as cache_services
+from durablecache.cache.exceptions import ValidationError
+from queues import selectors as queue_selectors
+
+pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
+
+def hello(user, durable_id="d1", channel="ch-1", **extra):
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(user=user, channel_name=channel, options=options)
+
+
+def register(client, region="prices", durable=True, **selector):
+    return services.interest_register(
+        client=client,
+        region=region,
+        selector=parse_selector(selector or {"all_keys": True}),
+        is_durable=durable,
+        policy="none",
+    )
+
+
+def test_pending_events_is_minus_two_then_count(user, region):
+    first = hello(user)
+    assert first.pending_events == -2
+    register(first.client)
+    cache_services.entry_put(region="prices", key="a", value=1)
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=first.client.id, channel_name="ch-1")
+    assert hello(user, channel="ch-2").pending_events == 1
+
+
+def test_durable_id_of_another_user_is_refused_even_offline(user, other_user):
+    result = hello(user)
+    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    with pytest.raises(ClientOwnedError):
+        hello(other_user, channel="ch-2")
+
+
+def test_second_connection_of_a_connected_durable_id_is_refused(user):
+    hello(user)
+    with pytest.raises(ClientConnectedError):
+        hello(user, channel="ch-2")
+
+
+def test_expiry_tombstones_the_id_then_minus_one_then_minus_two(
+    user, region, django_capture_on_commit_callbacks
+):
+    result = hello(user, timeout=5)
+    register(result.client)
+    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    assert services.clients_expire() == 0
+    DurableClient.objects.filter(pk=result.client.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.clients_expire() == 1
+    assert LostQueue.objects.filter(durable_id="d1").exists()
+    assert not Interest.objects.exists()
+    assert queue_selectors.queue_size(client_id=result.client.id) == -2
+    again = hello(user, channel="ch-2")
+    assert again.pending_events == -1
+    services.client_close(
+        client_id=again.client.id, channel_name="ch-2", keepalive=False
+    )
+    assert hello(user, channel="ch-3").pending_events == -2
+
+
+def test_keepalive_drops_only_non_durable_interests_and_keeps_their_events(
+    user, region
+):
+    result = hello(user)
+    register(result.client, durable=True, keys=["a"])
+    register(result.client, durable=False, keys=["b"])
+    cache_services.entry_put(region="prices", key="b", value=1)
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    assert list(Interest.objects.values_list("selector", flat=True)) == ["a"]
+    cache_services.entry_put(region="prices", key="b", value=2)
+    cache_services.entry_put(region="prices", key="a", value=3)
+    fanout.fanout_node("node-1")
+    rows = queue_selectors.queue_entries_after(
+        client_id=result.client.id, after=0, limit=10
+    )
+    assert [(r.key, r.value) for r in rows] == [("b", 1), ("a", 3)]
+
+
+def test_non_durable_client_leaves_nothing_behind(user, region):
+    result = hello(user, durable_id=None)
+    assert result.pending_events == -2
+    register(result.client, durable=False)
+    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    assert not DurableClient.objects.exists()
+    assert not Interest.objects.exists()
+
+
+def test_durable_interest_from_non_durable_client_is_bad_field(user, region):
+    result = hello(user, durable_id=None)
+    with pytest.raises(ValidationError):
+        register(result.client, durable=True)
+
+
+def test_reregistering_is_idempotent(user, region):
+    result = hello(user)
+    register(result.client, keys=["a", "b"])
+    register(result.client, keys=["a"])
+    cache_services.entry_put(region="prices", key="a", value=1)
+    fanout.fanout_node("node-1")
+    assert Interest.objects.count() == 2
+    assert queue_selectors.queue_size(client_id=result.client.id) == 1
+
+
+def test_events_before_an_interest_are_not_queued(user, region):
+    result = hello(user)
+    cache_services.entry_put(region="prices", key="a", value=1)
+    register(result.client)
+    cache_services.entry_put(region="prices", key="a", value=2)
+    fanout.fanout_node("node-1")
+    rows = queue_selectors.queue_entries_after(
+        client_id=result.client.id, after=0, limit=10
+    )
+    assert [r.value for r in rows] == [2]
+
+
+def test_regex_interest_matches_whole_key_and_region_ops_reach_everyone(user, region):
+    result = hello(user)
+    register(result.client, regex="EU.")
+    cache_services.entry_put(region="prices", key="EUR", value=1)
+    cache_services.entry_put(region="prices", key="EURO", value=2)
+    cache_services.region_clear(name="prices")
+    fanout.fanout_node("node-1")
+    rows = queue_selectors.queue_entries_after(
+        client_id=result.client.id, after=0, limit=10
+    )
+    assert [(r.key, r.op) for r in rows] == [("EUR", "create"), (None, "region_clear")]
+
+
+def test_node_restart_forgets_its_sockets(user):
+    result = hello(user)
+    assert services.clients_node_restarted(node="node-1") == 1
+    result.client.refresh_from_db()
+    assert not result.client.is_connected
+    assert result.client.expires_at is not None
+    assert hello(user, channel="ch-2").pending_events == 0
+
+
+def test_hello_options_are_validated():
+    for bad in (
+        {"durable_id": "bad id"},
+        {"timeout": -1},
+        {"timeout": "10"},
+        {"redundancy": -2},
+        {"conflate": "maybe"},
+    ):
+        with pytest.raises(ValidationError):
+            services.parse_hello_options(bad)
+    assert services.parse_hello_options({"conflate": True})["conflate"] == "true"
