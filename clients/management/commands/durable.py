@@ -56,7 +56,10 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from exc
 
     def do_list(self, opts: dict[str, Any]) -> None:
-        header = f"{'durable_id':<32} {'state':<12} {'primary':<10} {'pending':>8}  expires_at"
+        header = (
+            f"{'durable_id':<32} {'state':<12} {'primary':<10} {'pending':>8}"
+            "  expires_at"
+        )
         self.stdout.write(header)
         for client in selectors.client_list(user=_operator()):
             row = _row(client)

@@ -1,5 +1,6 @@
 """``manage.py runnode --name NAME --port P``: one node as one process group."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,10 +54,8 @@ class Command(BaseCommand):
                 "runnode needs DURABLECACHE_REDIS_URL (runcluster starts an "
                 "embedded Redis for a local cluster)"
             )
-        try:
-            os.setpgid(0, 0)
-        except OSError:
-            pass  # already a group (or session) leader
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)  # fails when already a group (or session) leader
         Node(name, url, opts).run(self.stdout)
 
 
