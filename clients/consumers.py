@@ -61,32 +61,33 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     ) -> None:
         if self.is_closing:
             return
-        limit = settings.DURABLECACHE_MAX_FRAME_BYTES
-        size = len(bytes_data) if bytes_data is not None else len(text_data or "")
-        if size > limit or (text_data and len(text_data.encode("utf-8")) > limit):
+        size = protocol.frame_size(text_data, bytes_data)
+        if size > settings.DURABLECACHE_MAX_FRAME_BYTES:
             await self._close(CLOSE_TOO_LARGE)
             return
-        req_id = None
+        req_id, frame_type = None, None
         try:
             if bytes_data is not None:
                 raise protocol.BadJsonError("binary frames are not accepted")
             frame, req_id = protocol.parse_frame(text_data or "")
-            frame_type = protocol.check_type(frame)
+            frame_type = frame.get("type")
+            protocol.check_type(frame)
             if self.client is None and frame_type != "hello":
-                await self.send(
-                    protocol.error(req_id, "bad_field", "the first frame must be hello")
-                )
-                await self._close(CLOSE_PROTOCOL)
-                return
+                raise ValidationError("the first frame must be hello")
             await getattr(self, f"on_{frame_type}")(frame, req_id)
             self.bad_frames = 0
         except DomainError as exc:
-            await self._bad_frame(req_id, exc.code, exc.message)
+            # A hello with a bad field is a bad frame like any other; only a
+            # first frame that is not a hello at all is fatal at once.
+            fatal = self.client is None and frame_type != "hello"
+            await self._bad_frame(req_id, exc.code, exc.message, fatal=fatal)
 
-    async def _bad_frame(self, req_id: str | None, code: str, message: str) -> None:
+    async def _bad_frame(
+        self, req_id: str | None, code: str, message: str, *, fatal: bool
+    ) -> None:
         self.bad_frames += 1
         await self.send(protocol.error(req_id, code, message))
-        if self.client is None or self.bad_frames >= MAX_BAD_FRAMES:
+        if fatal or self.bad_frames >= MAX_BAD_FRAMES:
             await self._close(CLOSE_PROTOCOL)
 
     async def on_hello(self, frame: dict[str, Any], req_id: str | None) -> None:
@@ -243,7 +244,9 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             event = queue_selectors.entry_to_event(row)
             event["replay"] = replay
             await self.send(protocol.dumps({"type": "event", **event}))
-        self.sent_through = rows[-1].seq
+            # Per row: a send may yield, and an ack of a row already sent
+            # must not be taken for an ack beyond what was sent.
+            self.sent_through = row.seq
         await db(queue_services.queue_mark_delivered)(
             client_id=self.client.id, through=self.sent_through
         )

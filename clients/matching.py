@@ -29,11 +29,15 @@ class Selector:
     values: tuple[str, ...]  # keys for KEY, (pattern,) for REGEX, ("",) for ALL
 
 
-@lru_cache(maxsize=4096)
-def compile_regex(pattern: str) -> Any:
+def compile_regex(pattern: Any) -> Any:
     """Compile a pattern with RE2; raise BadRegexError if it cannot run."""
     if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_PATTERN:
         raise BadRegexError(f"regex must be a string of 1-{MAX_PATTERN} characters")
+    return _compile(pattern)
+
+
+@lru_cache(maxsize=4096)
+def _compile(pattern: str) -> Any:
     try:
         return re2.compile(pattern, _OPTIONS)
     except Exception as exc:

@@ -114,6 +114,11 @@ class LostQueue(models.Model):
     """
 
     durable_id = models.CharField(max_length=128, unique=True)
+    # Only the owner of the lost queue is told about it (-1); anyone else
+    # taking the free id starts fresh (-2).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", null=True
+    )
     reason = models.CharField(max_length=32)
     lost_at = models.DateTimeField(auto_now_add=True)
 

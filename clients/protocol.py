@@ -35,6 +35,15 @@ class BadQueryError(DomainError):
     code = "bad_query"
 
 
+def frame_size(text: str | None, data: bytes | None) -> int:
+    """Return a client frame's size in bytes (a text frame counts as UTF-8)."""
+    if data is not None:
+        return len(data)
+    # surrogatepass: a lone surrogate must be refused as bad_json by the
+    # parser, not crash the size check.
+    return len((text or "").encode("utf-8", "surrogatepass"))
+
+
 def parse_frame(text: str) -> tuple[dict[str, Any], str | None]:
     """Return (frame, id); raise a DomainError naming the error code.
 
@@ -64,12 +73,12 @@ def frame_id(frame: dict[str, Any]) -> str | None:
 
 
 def check_type(frame: dict[str, Any]) -> str:
-    req_id = frame.get("id")
-    if req_id is not None and (not isinstance(req_id, str) or len(req_id) > MAX_ID):
-        raise ValidationError("id must be a string of at most 128 characters")
     frame_type = frame.get("type")
     if not isinstance(frame_type, str) or frame_type not in CLIENT_TYPES:
         raise UnknownTypeError(f"unknown frame type {frame_type!r}")
+    req_id = frame.get("id")
+    if req_id is not None and (not isinstance(req_id, str) or len(req_id) > MAX_ID):
+        raise ValidationError("id must be a string of at most 128 characters")
     return frame_type
 
 

@@ -1,13 +1,15 @@
 """Reads of clients and interests, shaped for the websocket, REST and CLI."""
 
 import uuid
+from collections import Counter
 from typing import Any
 
 from django.db.models import QuerySet
 
 from clients.matching import Selector, key_matches
-from clients.models import DurableClient, Interest, InterestKind
+from clients.models import DurableClient, Interest, InterestKind, QueueSizeReport
 from durablecache.cache import selectors as cache_selectors
+from durablecache.cache.exceptions import ConflictError
 from queues import selectors as queue_selectors
 
 
@@ -94,3 +96,59 @@ def queue_sizes_of(client: DurableClient, *, own_node: str) -> dict[str, int]:
 
 def interest_list(*, client: DurableClient) -> QuerySet[Interest]:
     return client.interests.order_by("id")
+
+
+def client_queue_page(
+    *, client: DurableClient, own_node: str, after: int, limit: int
+) -> list[Any]:
+    """Peek at a client's pending queue entries, in seq order, after ``after``.
+
+    Only the primary's store is read (it is the copy the client is served
+    from); asked on another node, this raises ConflictError naming it.
+    """
+    if client.primary and client.primary != own_node:
+        raise ConflictError(
+            f"the queue of {client} is hosted on its primary node "
+            f"{client.primary!r}; ask that node (this is {own_node!r})"
+        )
+    return queue_selectors.queue_entries_after(
+        client_id=client.id, after=after, limit=limit
+    )
+
+
+def node_overview(
+    *, own_node: str, after: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Nodes by name (after ``after``), with status, queues and queued events.
+
+    Sizes of other nodes come from their last QueueSizeReport (only for
+    clients they still host); this node's own total is read live.
+    """
+    hosts = {
+        pk: (primary, set(secondaries or []))
+        for pk, primary, secondaries in DurableClient.objects.values_list(
+            "id", "primary", "secondaries"
+        )
+    }
+    primaries = Counter(primary for primary, _ in hosts.values())
+    seconds = Counter(node for _, nodes in hosts.values() for node in nodes)
+    queued: Counter[str] = Counter()
+    reports = QueueSizeReport.objects.values_list("client_id", "node", "size")
+    for client_id, node, size in reports:
+        primary, nodes = hosts.get(client_id, ("", set()))
+        if node == primary or node in nodes:
+            queued[node] += size
+    queued[own_node] = sum(queue_selectors.queue_sizes().values())
+    nodes = [n for n in cache_selectors.node_list() if after is None or n.name > after]
+    return [
+        {
+            "name": node.name,
+            "url": node.url,
+            "status": "up" if cache_selectors.node_is_up(node) else "down",
+            "last_heartbeat": node.last_heartbeat,
+            "primary_queues": primaries[node.name],
+            "secondary_queues": seconds[node.name],
+            "queued_events": queued[node.name],
+        }
+        for node in nodes[:limit]
+    ]

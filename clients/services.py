@@ -143,7 +143,9 @@ def client_hello(
         returning = client is not None and client.is_durable
         if client is None:
             if durable_id is not None:
-                lost = LostQueue.objects.filter(durable_id=durable_id).delete()[0] > 0
+                gone = LostQueue.objects.filter(durable_id=durable_id)
+                lost = gone.filter(owner=user).exists()
+                gone.delete()
             client = DurableClient(durable_id=durable_id, owner=user)
         elif client.primary and client.primary != node:
             # The primary is down and (without redundancy) its queue with it.
@@ -364,7 +366,8 @@ def clients_expire() -> int:
             if client is None:
                 continue
             LostQueue.objects.update_or_create(
-                durable_id=client.durable_id, defaults={"reason": "expired"}
+                durable_id=client.durable_id,
+                defaults={"reason": "expired", "owner_id": client.owner_id},
             )
             _delete_client(client)
             count += 1

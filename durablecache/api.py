@@ -1,14 +1,21 @@
 """REST plumbing shared by every app: the JSON error body and paging."""
 
+import base64
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db.models import QuerySet
 from django.http import Http404
-from rest_framework import exceptions, status
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import exceptions, parsers, serializers, status
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from durablecache.cache.exceptions import DomainError
+from durablecache.cache.exceptions import DomainError, ValidationError
 
 _CODES = {
     400: "bad_request",
@@ -58,3 +65,144 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     message = _flatten(getattr(exc, "detail", str(exc)))
     response.data = {"error": {"code": code, "message": message}}
     return response
+
+
+# --- Paging (DESIGN §4: lists are {"results": [...], "next": url or null}) ---
+#
+# Keyset paging: the cursor is an opaque URL-safe token naming the last item
+# of the previous page (a key, a name or a seq), so a page never shifts when
+# rows are added or removed before it.
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Page:
+    """The ``cursor`` and ``limit`` query parameters of one list request."""
+
+    after: str | None
+    limit: int
+
+    def after_int(self) -> int:
+        """Return the cursor as a seq (0 when absent)."""
+        if self.after is None:
+            return 0
+        if not _is_number(self.after):
+            raise ValidationError("invalid cursor", code="bad_request")
+        return int(self.after)
+
+
+def _is_number(text: str) -> bool:
+    # ASCII only: str.isdigit() also accepts "²", which int() refuses.
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
+def encode_cursor(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(token: str) -> str:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        raw = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+        value = raw.decode("utf-8")
+    except (ValueError, UnicodeError) as exc:
+        raise ValidationError("invalid cursor", code="bad_request") from exc
+    # Cursors name keys, names or seqs, none of which holds a control
+    # character (and PostgreSQL cannot compare a string holding U+0000).
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValidationError("invalid cursor", code="bad_request")
+    return value
+
+
+def page_params(request: Request) -> Page:
+    """Read ``?cursor=&limit=``; a bad value is a 400."""
+    raw_limit = request.query_params.get("limit") or str(DEFAULT_LIMIT)
+    if not _is_number(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIMIT:
+        raise ValidationError(
+            f"limit must be an integer from 1 to {MAX_LIMIT}", code="bad_request"
+        )
+    token = request.query_params.get("cursor")
+    return Page(after=decode_cursor(token) if token else None, limit=int(raw_limit))
+
+
+def keyset(
+    queryset: QuerySet[Any], field: str, page: Page, *, numeric: bool = False
+) -> list[Any]:
+    """Return up to ``page.limit + 1`` rows of a queryset ordered by ``field``."""
+    if page.after is not None:
+        after = page.after_int() if numeric else page.after
+        queryset = queryset.filter(**{f"{field}__gt": after})
+    return list(queryset.order_by(field)[: page.limit + 1])
+
+
+def paged_response(
+    request: Request,
+    rows: Sequence[Any],
+    page: Page,
+    *,
+    cursor_of: Callable[[Any], Any],
+    serialize: Callable[[Sequence[Any]], Any],
+) -> Response:
+    """Render ``rows`` (fetched with ``limit + 1``) as one page with ``next``."""
+    next_url = None
+    if len(rows) > page.limit:
+        rows = rows[: page.limit]
+        query = request.query_params.copy()
+        query["cursor"] = encode_cursor(str(cursor_of(rows[-1])))
+        query["limit"] = str(page.limit)
+        next_url = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+    return Response({"results": serialize(rows), "next": next_url})
+
+
+def paged_serializer(name: str, item: Any) -> type[serializers.Serializer[Any]]:
+    """Return the schema serializer of a page of ``item`` (for drf-spectacular)."""
+    fields = {
+        "results": serializers.ListField(child=item),
+        "next": serializers.URLField(allow_null=True),
+    }
+    return type(name, (serializers.Serializer,), fields)
+
+
+class ErrorDetailSerializer(serializers.Serializer[Any]):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    """The body of every 4xx and 5xx under /api/."""
+
+    error = ErrorDetailSerializer()
+
+
+PAGE_PARAMETERS = [
+    OpenApiParameter("cursor", str, description="opaque token from `next`"),
+    OpenApiParameter(
+        "limit", int, description=f"page size, 1-{MAX_LIMIT} (default {DEFAULT_LIMIT})"
+    ),
+]
+
+
+def error_responses(*codes: int) -> dict[int, Any]:
+    """Schema responses for the given error statuses (401 is always added)."""
+    return dict.fromkeys(sorted({401, *codes}), ErrorSerializer)
+
+
+class StrictJSONParser(parsers.JSONParser):
+    """DRF's JSON parser, answering 400 (not 500) to JSON nested too deeply.
+
+    ``json.loads`` raises RecursionError, which DRF does not catch, for
+    input nested about a thousand levels deep.
+    """
+
+    def parse(
+        self,
+        stream: Any,
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise exceptions.ParseError("JSON nested too deeply") from exc

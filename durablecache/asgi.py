@@ -14,10 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from clients.middleware import OriginCheckMiddleware, TokenAuthMiddleware  # noqa: E402
 from clients.routing import websocket_urlpatterns  # noqa: E402
-
-# A character that can never be part of a key (keys exclude category Cc);
-# entry views turn it back into "/" (docs/protocol.md#keys-in-urls).
-ENCODED_SLASH = "\x1f"
+from durablecache.cache.api.urls import ENCODED_SLASH  # noqa: E402
 
 
 class EncodedSlashMiddleware:
@@ -36,8 +33,7 @@ class EncodedSlashMiddleware:
         if raw and b"%2f" in raw.lower():
             raw_text = raw.decode("latin-1").split("?", 1)[0]
             segments = [
-                unquote(seg, errors="strict").replace("/", ENCODED_SLASH)
-                for seg in raw_text.split("/")
+                unquote(seg).replace("/", ENCODED_SLASH) for seg in raw_text.split("/")
             ]
             scope = dict(scope, path="/".join(segments))
         return await self.app(scope, receive, send)

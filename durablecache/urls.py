@@ -1,7 +1,7 @@
 """URL wiring: admin, dashboard, the REST API, schema and metrics."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from durablecache import views
@@ -14,4 +14,6 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/", include("durablecache.cache.api.urls")),
     path("api/v1/", include("clients.api.urls")),
+    # Every 4xx under /api/ carries the JSON error body, unknown paths too.
+    re_path(r"^api/", views.api_not_found),
 ]

@@ -9,6 +9,13 @@ from durablecache.cache.models import Event, Region
 from queues import selectors as queue_selectors
 
 
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": "not_found", "message": f"no endpoint {request.path}"}},
+        status=404,
+    )
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness of this node's HTTP side (used by runnode to say 'ready')."""
     return JsonResponse({"status": "ok", "node": settings.DURABLECACHE_NODE_NAME})

@@ -162,6 +162,4 @@ def cursor_init(*, node: str, head: int) -> None:
     here; starting at the head spares a scan of the whole log.
     """
     with transaction.atomic(using=NODE_STORE):
-        FanoutCursor.objects.get_or_create(
-            node=node, defaults={"fanout_through": head}
-        )
+        FanoutCursor.objects.get_or_create(node=node, defaults={"fanout_through": head})

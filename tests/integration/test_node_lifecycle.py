@@ -44,8 +44,13 @@ def test_sigkill_restart_keeps_offline_queue(node1):
             assert welcome["pending_events"] == -2
             await ws.send(
                 json.dumps(
-                    {"type": "register_interest", "region": "r", "all_keys": True,
-                     "durable": True, "id": "i1"}
+                    {
+                        "type": "register_interest",
+                        "region": "r",
+                        "all_keys": True,
+                        "durable": True,
+                        "id": "i1",
+                    }
                 )
             )
             await _recv_type(ws, "interest_registered")

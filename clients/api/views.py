@@ -1,0 +1,196 @@
+"""REST door onto durable clients, their interests and queues, and nodes
+(DESIGN §4). Each handler looks the client up (as DRF's get_object would)
+and calls one service or selector.
+
+A plain user sees only the clients it owns; another owner's client is a
+404, exactly like an unknown one. Operators (staff) see every client.
+"""
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clients import selectors, services
+from clients.api.serializers import (
+    CqPageSerializer,
+    CqSerializer,
+    DurableClientPageSerializer,
+    DurableClientSerializer,
+    EventPageSerializer,
+    InterestCreateSerializer,
+    InterestPageSerializer,
+    InterestSerializer,
+    NodePageSerializer,
+    NodeSerializer,
+)
+from clients.models import DurableClient
+from durablecache.api import (
+    PAGE_PARAMETERS,
+    StrictJSONParser,
+    error_responses,
+    keyset,
+    page_params,
+    paged_response,
+)
+from durablecache.cache.exceptions import NotFoundError, ValidationError
+from queues.selectors import entry_to_event
+
+
+def _client(request: Request, durable_id: str) -> DurableClient:
+    return services.client_get_for(user=request.user, durable_id=durable_id)
+
+
+def _own_node() -> str:
+    return settings.DURABLECACHE_NODE_NAME
+
+
+class ClientListView(APIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        operation_id="clients_list",
+        responses={200: DurableClientPageSerializer, **error_responses(400)},
+    )
+    def get(self, request: Request) -> Response:
+        page = page_params(request)
+        rows = keyset(selectors.client_list(user=request.user), "durable_id", page)
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda c: c.durable_id,
+            serialize=lambda cs: DurableClientSerializer(cs, many=True).data,
+        )
+
+
+class ClientDetailView(APIView):
+    @extend_schema(responses={200: DurableClientSerializer, **error_responses(404)})
+    def get(self, request: Request, durable_id: str) -> Response:
+        return Response(DurableClientSerializer(_client(request, durable_id)).data)
+
+    @extend_schema(
+        responses={204: None, **error_responses(404)},
+        description="Close the durable client for good: its queue goes on every "
+        "host and its socket is closed with 4410.",
+    )
+    def delete(self, request: Request, durable_id: str) -> Response:
+        services.client_delete(user=request.user, durable_id=durable_id)
+        return Response(status=204)
+
+
+class InterestListView(APIView):
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        operation_id="clients_interests_list",
+        responses={200: InterestPageSerializer, **error_responses(400, 404)},
+    )
+    def get(self, request: Request, durable_id: str) -> Response:
+        page = page_params(request)
+        interests = selectors.interest_list(client=_client(request, durable_id))
+        rows = keyset(interests, "id", page, numeric=True)
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda i: i.pk,
+            serialize=lambda rs: InterestSerializer(rs, many=True).data,
+        )
+
+    @extend_schema(
+        request=InterestCreateSerializer,
+        responses={201: InterestPageSerializer, **error_responses(400, 404)},
+        description="Register interest; an unknown durable id is created, owned "
+        "by the caller and disconnected, its timeout running. Answers the "
+        "interest rows (one per key) as a page with `next` null.",
+    )
+    def post(self, request: Request, durable_id: str) -> Response:
+        serializer = InterestCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        client = services.client_ensure_offline(
+            user=request.user, durable_id=durable_id
+        )
+        rows = services.interest_register(client=client, **serializer.validated_data)
+        body = {"results": InterestSerializer(rows, many=True).data, "next": None}
+        return Response(body, status=201)
+
+
+class InterestDetailView(APIView):
+    @extend_schema(responses={204: None, **error_responses(404)})
+    def delete(self, request: Request, durable_id: str, pk: int) -> Response:
+        services.interest_delete(client=_client(request, durable_id), pk=pk)
+        return Response(status=204)
+
+
+class QueueView(APIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        operation_id="clients_queue_list",
+        responses={200: EventPageSerializer, **error_responses(400, 404, 409)},
+        description="Peek at the pending events, in seq order. Answered by the "
+        "client's primary node only; elsewhere 409 names the primary.",
+    )
+    def get(self, request: Request, durable_id: str) -> Response:
+        page = page_params(request)
+        rows = selectors.client_queue_page(
+            client=_client(request, durable_id),
+            own_node=_own_node(),
+            after=page.after_int(),
+            limit=page.limit + 1,
+        )
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda e: e.seq,
+            serialize=lambda es: [entry_to_event(e) for e in es],
+        )
+
+
+class CqListView(APIView):
+    """Continuous queries are part of the contract but not implemented yet."""
+
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="clients_cqs_list",
+        responses={200: CqPageSerializer, **error_responses(404)},
+    )
+    def get(self, request: Request, durable_id: str) -> Response:
+        _client(request, durable_id)
+        return Response({"results": [], "next": None})
+
+    @extend_schema(request=CqSerializer, responses=error_responses(400))
+    def post(self, request: Request, durable_id: str) -> Response:
+        raise ValidationError(
+            "continuous queries are not supported yet", code="bad_query"
+        )
+
+
+class CqDetailView(APIView):
+    @extend_schema(responses={204: None, **error_responses(404)})
+    def delete(self, request: Request, durable_id: str, name: str) -> Response:
+        _client(request, durable_id)
+        raise NotFoundError(f"no continuous query {name!r}")
+
+
+class NodeListView(APIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        operation_id="nodes_list",
+        responses={200: NodePageSerializer, **error_responses(400)},
+    )
+    def get(self, request: Request) -> Response:
+        page = page_params(request)
+        rows = selectors.node_overview(
+            own_node=_own_node(), after=page.after, limit=page.limit + 1
+        )
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda n: n["name"],
+            serialize=lambda ns: NodeSerializer(ns, many=True).data,
+        )

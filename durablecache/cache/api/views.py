@@ -1,0 +1,206 @@
+"""REST door onto regions and entries (DESIGN §4); each handler calls one
+service or selector and renders the result.
+
+Entry keys arrive already decoded by the ``entrykey`` URL converter (a key
+may hold "/", sent as %2F; see ``durablecache.cache.api.urls``).
+"""
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from durablecache.api import (
+    PAGE_PARAMETERS,
+    StrictJSONParser,
+    error_responses,
+    keyset,
+    page_params,
+    paged_response,
+)
+from durablecache.cache import selectors, services
+from durablecache.cache.api.serializers import (
+    EntryEventSerializer,
+    EntryPageSerializer,
+    EntryPutResultSerializer,
+    EntryPutSerializer,
+    EntrySerializer,
+    PutAllResultSerializer,
+    PutAllSerializer,
+    RegionCreateSerializer,
+    RegionEventSerializer,
+    RegionPageSerializer,
+    RegionSerializer,
+)
+from durablecache.cache.validation import validate_key
+
+KEY_PARAMETER = OpenApiParameter(
+    "key",
+    str,
+    OpenApiParameter.PATH,
+    description='the entry key, percent-encoded; "%2F" is a "/" inside the key',
+)
+
+
+class IsOperator(permissions.BasePermission):
+    """Operators (staff users) only."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.is_staff)
+
+
+class IsOperatorOrReadOnly(IsOperator):
+    """Anyone authenticated may read; only operators may change regions."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return bool(request.user and request.user.is_authenticated)
+        return super().has_permission(request, view)
+
+
+class RegionListView(APIView):
+    permission_classes = [IsOperatorOrReadOnly]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        operation_id="regions_list",
+        responses={200: RegionPageSerializer, **error_responses(400)},
+    )
+    def get(self, request: Request) -> Response:
+        page = page_params(request)
+        rows = keyset(selectors.region_list(), "name", page)
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda r: r.name,
+            serialize=lambda rs: RegionSerializer(rs, many=True).data,
+        )
+
+    @extend_schema(
+        request=RegionCreateSerializer,
+        responses={201: RegionSerializer, **error_responses(400, 403, 409)},
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(RegionCreateSerializer, request)
+        region = services.region_create(**data)
+        return Response(RegionSerializer(region).data, status=201)
+
+
+class RegionDetailView(APIView):
+    permission_classes = [IsOperatorOrReadOnly]
+
+    @extend_schema(responses={200: RegionSerializer, **error_responses(404)})
+    def get(self, request: Request, region: str) -> Response:
+        return Response(RegionSerializer(selectors.region_get(name=region)).data)
+
+    @extend_schema(responses={200: RegionEventSerializer, **error_responses(403, 404)})
+    def delete(self, request: Request, region: str) -> Response:
+        event = services.region_destroy(name=region)
+        return Response(RegionEventSerializer(event).data)
+
+
+class RegionClearView(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        request=None,
+        responses={200: RegionEventSerializer, **error_responses(403, 404)},
+    )
+    def post(self, request: Request, region: str) -> Response:
+        event = services.region_clear(name=region)
+        return Response(RegionEventSerializer(event).data)
+
+
+class EntryListView(APIView):
+    @extend_schema(
+        parameters=[
+            *PAGE_PARAMETERS,
+            OpenApiParameter("prefix", str, description="only keys with this prefix"),
+        ],
+        operation_id="regions_entries_list",
+        responses={200: EntryPageSerializer, **error_responses(400, 404)},
+    )
+    def get(self, request: Request, region: str) -> Response:
+        page = page_params(request)
+        rows = selectors.entry_list(
+            region=region,
+            after=page.after,
+            prefix=_checked_key(request.query_params.get("prefix")),
+            limit=page.limit + 1,
+        )
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda e: e.key,
+            serialize=lambda es: EntrySerializer(es, many=True).data,
+        )
+
+
+@extend_schema(parameters=[KEY_PARAMETER])
+class EntryDetailView(APIView):
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(responses={200: EntrySerializer, **error_responses(400, 404)})
+    def get(self, request: Request, region: str, key: str) -> Response:
+        entry = selectors.entry_get(region=region, key=_checked_key(key))
+        return Response(EntrySerializer(entry).data)
+
+    @extend_schema(
+        request=EntryPutSerializer,
+        responses={200: EntryPutResultSerializer, **error_responses(400, 404, 413)},
+        description="Create or update a key; 200 in both cases.",
+    )
+    def put(self, request: Request, region: str, key: str) -> Response:
+        data = _valid(EntryPutSerializer, request)
+        _, event = services.entry_put(region=region, key=key, value=data["value"])
+        return Response(EntryPutResultSerializer(event).data)
+
+    @extend_schema(responses={200: EntryEventSerializer, **error_responses(400, 404)})
+    def delete(self, request: Request, region: str, key: str) -> Response:
+        _, event = services.entry_destroy(region=region, key=key)
+        return Response(EntryEventSerializer(event).data)
+
+
+@extend_schema(parameters=[KEY_PARAMETER])
+class EntryInvalidateView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: EntryEventSerializer, **error_responses(400, 404)},
+    )
+    def post(self, request: Request, region: str, key: str) -> Response:
+        _, event = services.entry_invalidate(region=region, key=key)
+        return Response(EntryEventSerializer(event).data)
+
+
+class PutAllView(APIView):
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        request=PutAllSerializer,
+        responses={200: PutAllResultSerializer, **error_responses(400, 404, 413)},
+        description="Create or update many keys: all or nothing, one event each.",
+    )
+    def post(self, request: Request, region: str) -> Response:
+        data = _valid(PutAllSerializer, request)
+        events = services.entry_putall(region=region, entries=data["entries"])
+        body = {"count": len(events), "events": events}
+        return Response(PutAllResultSerializer(body).data)
+
+
+def _valid(serializer_class: Any, request: Request) -> dict[str, Any]:
+    """Return the validated input of ``request`` (a 400 when it is invalid)."""
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _checked_key(key: str | None) -> str | None:
+    """Refuse a key no entry can have before it reaches a query (PostgreSQL
+    cannot even compare a string holding U+0000)."""
+    return validate_key(key) if key else None
