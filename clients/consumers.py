@@ -11,7 +11,10 @@ import logging
 from typing import Any
 
 from channels.db import database_sync_to_async as db
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from clients import protocol, selectors, services
@@ -33,6 +36,41 @@ CLOSE_SHUTDOWN = 4503
 
 
 class SubscriptionConsumer(AsyncWebsocketConsumer):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Run the consumer with a channel-layer receive that survives Redis.
+
+        Channels' own loop dies with the socket when the layer's receive
+        raises (Redis restarted or unreachable), and then ``disconnect``
+        never runs. The layer carries doorbells only, so keep the socket,
+        retry, re-join the groups (a restarted Redis forgot them) and let
+        the delivery poll carry events meanwhile.
+        """
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.groups_joined: set[str] = set()
+        self.base_send = send
+        with contextlib.suppress(StopConsumer):
+            await await_many_dispatch([receive, self._channel_receive], self.dispatch)
+
+    async def _channel_receive(self) -> dict[str, Any]:
+        failures = 0
+        while True:
+            try:
+                message = await self.channel_layer.receive(self.channel_name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                if failures == 1:
+                    log.warning("channel layer unreachable; polling meanwhile")
+                await asyncio.sleep(min(5.0, 0.2 * failures))
+                continue
+            if failures:
+                for group in list(self.groups_joined):
+                    await self._join(group)
+            return message
+
     async def connect(self) -> None:
         self.client: Any = None
         self.node = settings.DURABLECACHE_NODE_NAME
@@ -49,6 +87,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await self._join(notify.node_group(self.node))
 
     async def _join(self, group: str) -> None:
+        self.groups_joined.add(group)
         with contextlib.suppress(Exception):  # doorbells only; polling heals
             await self.channel_layer.group_add(group, self.channel_name)
 

@@ -20,9 +20,11 @@ EVENT_RETENTION = timedelta(minutes=10)
 
 
 def tick(node: str) -> None:
-    """1. fan out unread events, 2. expire clients, 3. report queue sizes,
-    4. drop orphaned queues, 5. prune the event log."""
+    """1. fan out unread events, 2. disconnect clients of dead nodes,
+    3. expire clients, 4. report queue sizes, 5. drop orphaned queues,
+    6. prune the event log."""
     fanout.fanout_node(node)
+    services.clients_of_dead_nodes_disconnect()
     services.clients_expire()
     report_queue_sizes(node)
     drop_orphans()
@@ -46,12 +48,18 @@ def drop_orphans() -> int:
     hosted = queue_selectors.queue_client_ids()
     if not hosted:
         return 0
-    existing = set(
-        DurableClient.objects.filter(pk__in=hosted).values_list("pk", flat=True)
-    )
+    node = services.self_node()
+    keep = {
+        pk
+        for pk, primary, secondaries in DurableClient.objects.filter(
+            pk__in=hosted
+        ).values_list("pk", "primary", "secondaries")
+        if node in (primary, *secondaries)
+    }
     # A queue is created just after its client row commits, never before, so
-    # a queue without a row is one whose client was deleted.
-    return queue_services.queue_drop_orphans(keep=existing)
+    # a queue without a row is one whose client was deleted; a queue whose
+    # client moved to other hosts is a stale copy.
+    return queue_services.queue_drop_orphans(keep=keep)
 
 
 def prune_event_log() -> int:

@@ -88,8 +88,9 @@ def _connection_is_live(client: DurableClient) -> bool:
         return False
     node = _node_row(client.node)
     if node is None:
-        # Unknown node (tests, or a node removed by hand): trust the flag.
-        return True
+        # This node before its first heartbeat (tests): trust the flag; a
+        # node whose row was removed by hand holds no socket any more.
+        return client.node == _self()
     if not cache_selectors.node_is_up(node) and node.name != _self():
         return False
     return client.connected_at is None or node.started_at <= client.connected_at
@@ -97,6 +98,11 @@ def _connection_is_live(client: DurableClient) -> bool:
 
 def _self() -> str:
     return settings.DURABLECACHE_NODE_NAME
+
+
+def self_node() -> str:
+    """The name of the node this process belongs to."""
+    return _self()
 
 
 def _ws_url(node: Node) -> str:
@@ -141,11 +147,13 @@ def client_hello(
                 return HelloResult(client=None, redirect_url=_ws_url(primary))
         lost = False
         returning = client is not None and client.is_durable
+        if durable_id is not None:
+            # Told once, on the first hello since the loss (even when a
+            # backend pre-registered interest for the id meanwhile).
+            gone = LostQueue.objects.filter(durable_id=durable_id)
+            lost = gone.filter(owner=user).exists()
+            gone.delete()
         if client is None:
-            if durable_id is not None:
-                gone = LostQueue.objects.filter(durable_id=durable_id)
-                lost = gone.filter(owner=user).exists()
-                gone.delete()
             client = DurableClient(durable_id=durable_id, owner=user)
         elif client.primary and client.primary != node:
             # The primary is down and (without redundancy) its queue with it.
@@ -194,8 +202,8 @@ def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
     queue_services.queue_reset_delivery(client_id=client_id)
 
 
-def _mark_disconnected(client: DurableClient) -> None:
-    now = timezone.now()
+def _mark_disconnected(client: DurableClient, at: Any = None) -> None:
+    now = at or timezone.now()
     client.interests.filter(is_durable=False).delete()
     client.is_connected = False
     client.channel_name = ""
@@ -270,7 +278,6 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
     timeout = settings.DURABLECACHE_DEFAULT_TIMEOUT_S
     try:
         with transaction.atomic():
-            LostQueue.objects.filter(durable_id=durable_id).delete()
             client = DurableClient.objects.create(
                 durable_id=durable_id,
                 owner=user,
@@ -389,3 +396,32 @@ def interest_unregister_checked(
     """Unregister after checking the region exists (``no_such_region``)."""
     cache_selectors.region_get(name=region)
     return interest_unregister(client=client, region=region, selector=selector)
+
+
+def clients_of_dead_nodes_disconnect() -> int:
+    """Treat clients recorded as connected to a dead node as dropped.
+
+    Their timeout runs from the node's last heartbeat, so a node that never
+    comes back cannot keep its clients (and their queues) forever.
+    """
+    dead = {
+        n.name: n.last_heartbeat
+        for n in Node.objects.all()
+        if not cache_selectors.node_is_up(n) and not n.is_draining
+    }
+    count = 0
+    for client in DurableClient.objects.filter(is_connected=True, node__in=dead):
+        with transaction.atomic():
+            row = (
+                DurableClient.objects.select_for_update()
+                .filter(pk=client.pk, is_connected=True, node=client.node)
+                .first()
+            )
+            if row is None:
+                continue
+            if not row.is_durable:
+                _delete_client(row)
+            else:
+                _mark_disconnected(row, at=dead[row.node])
+            count += 1
+    return count

@@ -5,6 +5,7 @@ Tasks carry ids only and are idempotent; a lost one is healed by the next
 """
 
 import logging
+import time
 import uuid
 
 from celery import shared_task
@@ -20,14 +21,25 @@ def node_queue(node: str) -> str:
     return f"node.{node}"
 
 
+# After a failed send, skip sends for a while: a broker outage must not make
+# every write wait for a connect timeout. The periodic tick heals what is
+# skipped (rows are the truth).
+BREAKER_S = 2.0
+_broken_until = 0.0
+
+
 def _send(task, node: str, *args, expires: float | None = None) -> None:
     """Ring a node's worker; a broker outage only delays the work."""
+    global _broken_until
+    if time.monotonic() < _broken_until:
+        return
     try:
         task.apply_async(
             args=list(args), queue=node_queue(node), retry=False, expires=expires
         )
-    except Exception:
-        log.warning("could not enqueue %s for %s", task.name, node, exc_info=True)
+    except Exception as exc:  # the periodic tick heals a lost doorbell
+        _broken_until = time.monotonic() + BREAKER_S
+        log.warning("could not enqueue %s for %s: %s", task.name, node, exc)
 
 
 @shared_task(name="clients.fanout", ignore_result=True)

@@ -1,12 +1,14 @@
 """REST plumbing shared by every app: the JSON error body and paging."""
 
 import base64
+import logging
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter
@@ -16,6 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from durablecache.cache.exceptions import DomainError, ValidationError
+
+log = logging.getLogger(__name__)
 
 _CODES = {
     400: "bad_request",
@@ -43,6 +47,15 @@ def _flatten(detail: Any) -> str:
     return str(detail)
 
 
+def _unexpected(exc: Exception) -> Response:
+    """A failure no door foresaw: JSON 503 for the database, else 500."""
+    if isinstance(exc, DatabaseError):
+        log.warning("database unavailable: %s", exc)
+        return error_response("unavailable", "the database is unavailable", 503)
+    log.exception("unhandled error in the REST API", exc_info=exc)
+    return error_response("internal_error", "internal server error", 500)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render every error as {"error": {"code", "message"}}."""
     if isinstance(exc, DomainError):
@@ -55,7 +68,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied()
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
+        return _unexpected(exc)
     code = _CODES.get(response.status_code, "error")
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         response.status_code = status.HTTP_401_UNAUTHORIZED

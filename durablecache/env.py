@@ -69,7 +69,7 @@ def database_config(url: str, *, sqlite_default_path: str) -> dict:
     if not url:
         url = f"sqlite:///{sqlite_default_path}"
     try:
-        config = dj_database_url.parse(url, conn_max_age=0)
+        config = dj_database_url.parse(url, conn_max_age=300, conn_health_checks=True)
     except ValueError as exc:
         raise ImproperlyConfigured(f"bad database URL {url!r}: {exc}") from exc
     if config["ENGINE"] == "django.db.backends.sqlite3":

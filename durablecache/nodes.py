@@ -40,6 +40,9 @@ def daphne_command(host: str, port: int) -> list[str]:
         size,
         "--websocket-max-frame-size",
         size,
+        # Daphne closes every socket after 24 h by default: never, here.
+        "--websocket_timeout",
+        "-1",
         "--application-close-timeout",
         "5",
         "--ping-interval",
@@ -126,5 +129,8 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     env.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
+    # Children import the project whatever directory runnode started in.
+    paths = [str(BASE_DIR), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -143,7 +143,14 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 300,
+    # Fail fast when Redis is down: a doorbell is not worth a stalled write.
+    "socket_connect_timeout": 1,
+    "socket_timeout": 5,
+    "max_retries": 0,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 
 REST_FRAMEWORK = {
