@@ -49,8 +49,13 @@ def wait_for(predicate: Any, *, timeout: float, interval: float = 0.05) -> Any:
 
 
 class EmbeddedRedis:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.start()
+
+    def start(self) -> None:
+        workdir = self.workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
@@ -72,6 +77,11 @@ class EmbeddedRedis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         wait_for(self._ping, timeout=20)
 
+    def restart(self) -> None:
+        """Kill Redis (it keeps nothing on disk) and start it again."""
+        self.stop()
+        self.start()
+
     def _ping(self) -> bool:
         try:
             return bool(redis.Redis.from_url(self.url, socket_timeout=1).ping())
@@ -87,8 +97,9 @@ class EmbeddedRedis:
 class Cluster:
     """A set of nodes sharing one cluster database and one Redis."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, own_redis: bool = False) -> None:
         self.workdir = workdir
+        self.own_redis = own_redis
         self.nodes: dict[str, dict[str, Any]] = {}
         self.redis: EmbeddedRedis | None = None
         self.pg_databases: list[str] = []
@@ -107,7 +118,7 @@ class Cluster:
         env["DURABLECACHE_EXPIRY_CHECK_S"] = "0.5"
         env["PYTHONUNBUFFERED"] = "1"
         redis_url = os.environ.get("DURABLECACHE_REDIS_URL")
-        if redis_url:
+        if redis_url and not self.own_redis:
             base = (
                 redis_url.rsplit("/", 1)[0] if redis_url.count("/") > 2 else redis_url
             )
