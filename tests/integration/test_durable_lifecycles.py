@@ -273,3 +273,31 @@ def test_another_user_cannot_take_a_durable_id(live, region):
         return None
 
     assert run(scenario()) == 4403
+
+
+def test_racing_puts_of_one_key_arrive_in_version_order(live, region):
+    """Puts of the same key from parallel requests reach the client in order."""
+    durable_id = fresh("race")
+    key = durable_id
+
+    def writer(start):
+        for i in range(start, start + 25):
+            put(live, region, key, i)
+
+    async def scenario():
+        async with RawClient(live.ws_url("node-1"), live.user) as ws:
+            await ws.hello(durable_id=durable_id)
+            await ws.register(region, keys=[key], durable=True, policy="none")
+            await ws.ready_and_replay()
+            await asyncio.gather(
+                *(asyncio.to_thread(writer, start) for start in (0, 100, 200, 300))
+            )
+            events = await ws.events(100)
+            await ws.close(keepalive=False)
+            return events
+
+    events = run(scenario())
+    versions = [e["version"] for e in events]
+    assert versions == sorted(versions)
+    assert len(set(versions)) == 100
+    assert versions[-1] - versions[0] == 99

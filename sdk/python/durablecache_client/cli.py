@@ -1,0 +1,163 @@
+"""Command line: `python -m durablecache_client subscribe ...`.
+
+Prints every event as one JSON line on stdout and the replay marker as a
+JSON line with `"type": "marker"`; Ctrl-C (or SIGTERM) closes the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any, TextIO
+
+from .client import AsyncDurableClient
+from .errors import DurableCacheError
+from .events import CacheListener, EntryEvent, Marker
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the CLI."""
+    parser = argparse.ArgumentParser(prog="python -m durablecache_client")
+    commands = parser.add_subparsers(dest="command", required=True)
+    sub = commands.add_parser("subscribe", help="print events as JSON lines")
+    sub.add_argument(
+        "--url",
+        action="append",
+        required=True,
+        help="ws://HOST:PORT/ws/v1/subscribe (repeat for several nodes)",
+    )
+    sub.add_argument(
+        "--token",
+        default=os.environ.get("DURABLECACHE_TOKEN"),
+        help="API token (default: $DURABLECACHE_TOKEN)",
+    )
+    sub.add_argument("--durable-id", default=None)
+    sub.add_argument("--timeout", type=int, default=300, help="durable timeout, s")
+    sub.add_argument("--redundancy", type=int, default=0)
+    sub.add_argument(
+        "--conflate", choices=("server", "true", "false"), default="server"
+    )
+    sub.add_argument("--region", required=True)
+    selector = sub.add_mutually_exclusive_group(required=True)
+    selector.add_argument("--keys", help="comma-separated keys")
+    selector.add_argument("--regex", help="regex matched against whole keys")
+    selector.add_argument("--all-keys", action="store_true")
+    sub.add_argument(
+        "--policy", choices=("keys_values", "keys", "none"), default="keys_values"
+    )
+    sub.add_argument("--durable", action="store_true", help="durable interest")
+    sub.add_argument(
+        "--keepalive", action="store_true", help="close with keepalive on Ctrl-C"
+    )
+    sub.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+class _JsonLinePrinter(CacheListener):
+    """Write every event, and markers, as JSON lines."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def emit(self, data: dict[str, Any]) -> None:
+        self.out.write(json.dumps(data) + "\n")
+        self.out.flush()
+
+    def event(self, event: EntryEvent) -> None:
+        self.emit({"type": "event", **event.to_json_dict()})
+
+    def marker(self, marker: Marker) -> None:
+        self.emit(
+            {"type": "marker", "replayed": marker.replayed, "regions": marker.regions}
+        )
+
+    after_create = after_update = after_destroy = after_invalidate = event
+    after_region_clear = after_region_destroy = event
+
+
+async def subscribe(
+    args: argparse.Namespace,
+    *,
+    stop: asyncio.Event,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    **client_options: Any,
+) -> int:
+    """Run the `subscribe` command until `stop` is set; return the exit code."""
+    err = err or sys.stderr
+    printer = _JsonLinePrinter(out or sys.stdout)
+    client = AsyncDurableClient(
+        args.url,
+        durable_id=args.durable_id,
+        timeout=args.timeout,
+        redundancy=args.redundancy,
+        conflate=args.conflate,
+        token=args.token,
+        default_listener=printer,
+        on_marker=printer.marker,
+        **client_options,
+    )
+    try:
+        welcome = await client.connect()
+        err.write(
+            f"connected to {welcome.node} ({welcome.url}), "
+            f"pending_events={welcome.pending_event_count}\n"
+        )
+        region = client.region(args.region)
+        options = {"durable": args.durable, "policy": args.policy}
+        if args.keys is not None:
+            keys = [k for k in args.keys.split(",") if k]
+            count = await region.register_keys(keys, **options)
+        elif args.regex is not None:
+            count = await region.register_regex(args.regex, **options)
+        else:
+            count = await region.register_all_keys(**options)
+        err.write(f"registered interest in {args.region}: image of {count}\n")
+        await client.ready_for_events()
+        stopped = asyncio.ensure_future(stop.wait())
+        ended = asyncio.ensure_future(client.wait_closed())
+        await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if ended.done():
+            ended.result()  # raises the fatal error
+            return 1
+        ended.cancel()
+        await client.close(keepalive=args.keepalive)
+        return 0
+    except DurableCacheError as exc:
+        err.write(f"error: {exc}\n")
+        await client.close()
+        return 1
+
+
+async def _main_subscribe(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # Not available on Windows or off the main thread: Ctrl-C then
+        # arrives as KeyboardInterrupt and the queue lives until its timeout.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+    return await subscribe(args, stop=stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m durablecache_client`."""
+    args = build_parser().parse_args(argv)
+    if not args.token:
+        build_parser().error("--token (or DURABLECACHE_TOKEN) is required")
+    if args.durable and not args.durable_id:
+        build_parser().error("--durable needs --durable-id")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr
+    )
+    try:
+        return asyncio.run(_main_subscribe(args))
+    except KeyboardInterrupt:
+        return 130

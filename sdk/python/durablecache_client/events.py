@@ -1,0 +1,178 @@
+"""Value objects parsed from server frames, and the listener interface.
+
+Frame shapes: DESIGN.md section 3. When the protocol adds a field, add it to
+the matching `from_frame` here; unknown fields are ignored on purpose so an
+older client keeps working against a newer server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+ENTRY_OPS = ("create", "update", "destroy", "invalidate")
+REGION_OPS = ("region_clear", "region_destroy")
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The server's answer to `hello`.
+
+    `pending_event_count` is the frame's `pending_events`: -2 when no queue
+    existed for this id (first connection, non-durable client, or after a close
+    without keepalive), -1 when the queue was lost (expired or every host
+    died), else the number of queued events that will be replayed after
+    `ready_for_events()`.
+    """
+
+    durable_id: str | None
+    node: str | None
+    primary: str | None
+    secondaries: list[str]
+    pending_event_count: int
+    redundancy_satisfied: bool
+    url: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any], url: str = "") -> Welcome:
+        """Build a Welcome from a `welcome` frame received on `url`."""
+        return cls(
+            durable_id=frame.get("durable_id"),
+            node=frame.get("node"),
+            primary=frame.get("primary"),
+            secondaries=list(frame.get("secondaries") or []),
+            pending_event_count=int(frame.get("pending_events", -2)),
+            redundancy_satisfied=bool(frame.get("redundancy_satisfied", True)),
+            url=url,
+            raw=dict(frame),
+        )
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The end of the replay: `replayed` events came before it."""
+
+    replayed: int
+    regions: list[str]
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> Marker:
+        """Build a Marker from a `marker` frame."""
+        return cls(
+            replayed=int(frame.get("replayed", 0)),
+            regions=list(frame.get("regions") or []),
+        )
+
+
+@dataclass(frozen=True)
+class EntryEvent:
+    """One change delivered by the server.
+
+    `is_replay` is the frame's `replay` flag: true for events queued before
+    `ready_for_events()` (or before a reconnect). `key` is None for the region
+    ops `region_clear` and `region_destroy`. `cq` is None for plain interest
+    events, else the frame's list of `{"name": ..., "cq_op": ...}`.
+    """
+
+    id: str
+    seq: int
+    region: str
+    key: str | None
+    op: str
+    value: Any
+    version: int | None
+    ts: str | None
+    is_replay: bool
+    cq: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> EntryEvent:
+        """Build an EntryEvent from an `event` frame."""
+        version = frame.get("version")
+        return cls(
+            id=str(frame["id"]),
+            seq=int(frame["seq"]),
+            region=str(frame["region"]),
+            key=frame.get("key"),
+            op=str(frame["op"]),
+            value=frame.get("value"),
+            version=None if version is None else int(version),
+            ts=frame.get("ts"),
+            is_replay=bool(frame.get("replay", False)),
+            cq=frame.get("cq"),
+        )
+
+    @property
+    def timestamp(self) -> datetime | None:
+        """Return `ts` parsed as an aware datetime (None when absent)."""
+        if not self.ts:
+            return None
+        return datetime.fromisoformat(self.ts.replace("Z", "+00:00"))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the event as the protocol names its fields (`replay`, ...)."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "seq": self.seq,
+            "region": self.region,
+            "key": self.key,
+            "op": self.op,
+            "value": self.value,
+            "version": self.version,
+            "ts": self.ts,
+            "replay": self.is_replay,
+        }
+        if self.cq is not None:
+            data["cq"] = self.cq
+        return data
+
+
+@dataclass(frozen=True)
+class RegionLiveEvent:
+    """Passed to `after_region_live`: the replay of `region` is over."""
+
+    region: str
+    replayed: int
+
+
+class CacheListener:
+    """Receive the events of one region; override the methods you need.
+
+    Methods may be plain functions or coroutines. They run on the client's
+    event loop (for `DurableClient`, its background thread), one at a time and
+    in delivery order; an exception is logged and does not stop delivery.
+    Do not call blocking `DurableClient` methods from inside a listener.
+    """
+
+    def after_create(self, event: EntryEvent) -> Any:
+        """Handle a `create` event."""
+
+    def after_update(self, event: EntryEvent) -> Any:
+        """Handle an `update` event."""
+
+    def after_destroy(self, event: EntryEvent) -> Any:
+        """Handle a `destroy` event."""
+
+    def after_invalidate(self, event: EntryEvent) -> Any:
+        """Handle an `invalidate` event (the value is now None)."""
+
+    def after_region_clear(self, event: EntryEvent) -> Any:
+        """Handle a `region_clear` event (`key` is None)."""
+
+    def after_region_destroy(self, event: EntryEvent) -> Any:
+        """Handle a `region_destroy` event (`key` is None)."""
+
+    def after_region_live(self, event: RegionLiveEvent) -> Any:
+        """Handle the end of the replay for this region (once per `marker`)."""
+
+
+LISTENER_METHODS = {
+    "create": "after_create",
+    "update": "after_update",
+    "destroy": "after_destroy",
+    "invalidate": "after_invalidate",
+    "region_clear": "after_region_clear",
+    "region_destroy": "after_region_destroy",
+}

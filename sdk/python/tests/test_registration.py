@@ -1,0 +1,149 @@
+"""Registering interests and CQs: frames, image chunks, errors."""
+
+import pytest
+
+from durablecache_client import DurableCacheError
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_register_keys_fills_cache_from_image_chunks_and_returns_count(
+    fake_server, make_client, run
+):
+    client = make_client(durable_id="app-1")
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+    entries = [(f"k{i}", {"n": i}, i + 1) for i in range(5)]
+
+    async def script():
+        request = await conn.recv("register_interest")
+        assert request["region"] == "r"
+        assert request["keys"] == ["k0", "k1", "k2", "k3", "k4"]
+        assert request["durable"] is True
+        assert request["policy"] == "keys_values"
+        await conn.answer_register(request, entries, chunk=2)  # 3 chunks
+
+    count = await run(
+        region.register_keys([f"k{i}" for i in range(5)], durable=True), script
+    )
+
+    assert count == 5
+    assert region.snapshot() == {k: (v, n) for k, v, n in entries}
+    assert region.get("k3") == {"n": 3}
+    assert region.get_entry("k4") == ({"n": 4}, 5)
+    assert "k0" in region
+    assert len(region) == 5
+
+
+async def test_register_regex_and_all_keys_send_their_selectors(
+    fake_server, make_client, run
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+    seen = []
+
+    async def script():
+        request = await conn.recv("register_interest")
+        seen.append(request)
+        await conn.answer_register(request, [("user:1", "a", 1)])
+
+    assert await run(region.register_regex(r"user:\d+", policy="keys"), script) == 1
+    assert await run(region.register_all_keys(), script) == 1
+
+    assert seen[0]["regex"] == r"user:\d+"
+    assert seen[0]["policy"] == "keys"
+    assert "keys" not in seen[0]
+    assert seen[1]["all_keys"] is True
+    assert seen[1]["durable"] is False
+
+
+async def test_keys_policy_image_records_keys_without_values(
+    fake_server, make_client, run
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+
+    async def script():
+        request = await conn.recv("register_interest")
+        await conn.answer_register(request, keys=["a", "b"])
+
+    assert await run(region.register_all_keys(policy="keys"), script) == 2
+    assert sorted(region.keys()) == ["a", "b"]
+    assert region.get("a") is None
+
+
+async def test_error_frame_for_the_request_raises_durable_cache_error(
+    fake_server, make_client, run
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+
+    async def script():
+        request = await conn.recv("register_interest")
+        await conn.send(
+            {
+                "type": "error",
+                "id": request["id"],
+                "code": "bad_regex",
+                "message": "unbalanced parenthesis",
+            }
+        )
+
+    with pytest.raises(DurableCacheError) as info:
+        await run(region.register_regex("(oops"), script)
+
+    assert info.value.code == "bad_regex"
+    assert info.value.message == "unbalanced parenthesis"
+    assert client.connected  # an error frame leaves the socket open
+
+
+async def test_unregister_sends_the_same_selector(fake_server, make_client, run):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+
+    async def script():
+        request = await conn.recv("unregister_interest")
+        assert request["region"] == "r"
+        assert request["keys"] == ["a", "b"]
+        await conn.send({"type": "interest_unregistered", "id": request["id"]})
+
+    assert await run(region.unregister_keys(["a", "b"]), script) is None
+
+
+async def test_register_cq_fills_cache_and_close_cq_closes_it(
+    fake_server, make_client, run
+):
+    client = make_client(durable_id="app-1")
+    _, conn = await fake_server.connect(client)
+    region = client.region("orders")
+
+    async def register():
+        request = await conn.recv("register_cq")
+        assert request["name"] == "big"
+        assert request["region"] == "orders"
+        assert request["query"] == "value.total > 100"
+        assert request["durable"] is True
+        await conn.answer_register(request, [("o1", {"total": 150}, 3)])
+
+    async def close():
+        request = await conn.recv("close_cq")
+        assert request["name"] == "big"
+        await conn.send({"type": "cq_closed", "id": request["id"]})
+
+    count = await run(region.register_cq("big", "value.total > 100", True), register)
+    await run(region.close_cq("big"), close)
+
+    assert count == 1
+    assert region.get_entry("o1") == ({"total": 150}, 3)
+
+
+async def test_register_before_connect_is_refused(make_client):
+    client = make_client()
+
+    with pytest.raises(DurableCacheError) as info:
+        await client.region("r").register_keys(["a"])
+    assert info.value.code == "not_connected"
