@@ -139,8 +139,9 @@ else:
 
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Tasks are doorbells; a lost one is healed by the next tick, so acks_late
+# would buy nothing but redelivery storms after a worker restart.
+CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -92,3 +92,62 @@ def test_sigkill_restart_keeps_offline_queue(node1):
     for key in {e["key"] for e in events}:
         versions = [e["version"] for e in events if e["key"] == key]
         assert versions == sorted(versions)
+
+
+def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
+    """The Celery worker holds no state: runnode starts a new one."""
+    import os
+    import signal
+
+    import psutil
+
+    from tests.integration.harness import wait_for
+
+    cluster = node1
+    operator = cluster.token("ops", operator=True)
+    user = cluster.token("app")
+    assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
+    runnode = psutil.Process(cluster.nodes["node-1"]["proc"].pid)
+
+    def worker_pids():
+        pids = set()
+        for child in runnode.children():
+            try:
+                if "celery" in " ".join(child.cmdline()):
+                    pids.add(child.pid)
+            except psutil.Error:  # a zombie not reaped yet
+                continue
+        return pids
+
+    old = worker_pids()
+    assert old, [c.cmdline() for c in runnode.children()]
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    new = wait_for(lambda: worker_pids() - old, timeout=30)
+    assert new
+
+    async def scenario():
+        async with _connect(cluster, user) as ws:
+            await _hello(ws, durable_id="after-worker-death")
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "register_interest",
+                        "region": "w",
+                        "keys": ["k"],
+                        "policy": "none",
+                        "id": "r",
+                    }
+                )
+            )
+            await _recv_type(ws, "interest_registered")
+            await ws.send(json.dumps({"type": "ready"}))
+            await _recv_type(ws, "marker")
+            status, _ = await asyncio.to_thread(
+                cluster.rest, "PUT", "/api/v1/regions/w/entries/k/", user, {"value": 1}
+            )
+            assert status == 200
+            return await _recv_type(ws, "event", wait=30)
+
+    event = asyncio.run(scenario())
+    assert (event["key"], event["value"], event["replay"]) == ("k", 1, False)

@@ -70,10 +70,9 @@ class Node:
         env = nodes.child_env(
             DURABLECACHE_NODE_NAME=self.name, DURABLECACHE_NODE_URL=self.url
         )
+        self.env = env
         self.children = [
-            subprocess.Popen(
-                nodes.worker_command(self.name, self.opts["concurrency"]), env=env
-            ),
+            self.start_worker(),
             subprocess.Popen(
                 nodes.daphne_command(self.opts["host"], self.opts["port"]), env=env
             ),
@@ -97,6 +96,24 @@ class Node:
         cache_services.node_register(name=self.name, url=self.url)
         client_services.clients_node_restarted(node=self.name)
 
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        command = nodes.worker_command(self.name, self.opts["concurrency"])
+        return subprocess.Popen(command, env=self.env)
+
+    def restart_worker_if_dead(self) -> None:
+        """Start the Celery worker again if it exited.
+
+        The worker holds no state (rows are the truth): a worker that died,
+        for example on a broker connection lost mid-close (kombu can raise
+        there), is replaced; the node stays up.
+        """
+        worker = self.children[0]
+        if worker.poll() is not None and not self.stopping:
+            sys.stderr.write(
+                f"{self.name}: worker exited ({worker.returncode}); restarting\n"
+            )
+            self.children[0] = self.start_worker()
+
     def alive(self) -> bool:
         return all(child.poll() is None for child in self.children)
 
@@ -108,8 +125,9 @@ class Node:
             settings.DURABLECACHE_HEARTBEAT_S, settings.DURABLECACHE_EXPIRY_CHECK_S
         )
         while not self.stopping:
+            self.restart_worker_if_dead()
             if not self.alive():
-                # A child died: the node is down; end the group like a crash.
+                # Daphne died: the node is down; end the group like a crash.
                 self.stop()
                 sys.exit(1)
             try:
