@@ -1,0 +1,42 @@
+"""Operator commands: issue_token and durable list/show/close."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from rest_framework.authtoken.models import Token
+
+from clients import services
+from clients.models import DurableClient
+
+pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
+
+def run(*args):
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_issue_token_creates_the_user_and_prints_the_token_last():
+    output = run("issue_token", "carol", "--operator")
+    token = output.strip().splitlines()[-1]
+    found = Token.objects.select_related("user").get(key=token)
+    assert found.user.username == "carol"
+    assert found.user.is_staff
+    # A second call prints the same token.
+    assert run("issue_token", "carol").strip().splitlines()[-1] == token
+
+
+def test_durable_list_show_and_close(user):
+    options = services.parse_hello_options({"durable_id": "cli-1"})
+    services.client_hello(user=user, channel_name="ch", options=options)
+    assert "cli-1" in run("durable", "list")
+    shown = json.loads(run("durable", "show", "cli-1"))
+    assert shown["state"] == "connected"
+    assert shown["primary"] == "node-1"
+    run("durable", "close", "cli-1")
+    assert not DurableClient.objects.filter(durable_id="cli-1").exists()
+    with pytest.raises(CommandError):
+        run("durable", "show", "cli-1")
