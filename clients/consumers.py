@@ -33,6 +33,7 @@ CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
+GROUP_REFRESH_S = 3600.0
 
 
 class SubscriptionConsumer(AsyncWebsocketConsumer):
@@ -49,6 +50,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.channel_name = await self.channel_layer.new_channel()
         self.groups_joined: set[str] = set()
+        self.membership_stale = False
         self.base_send = send
         with contextlib.suppress(StopConsumer):
             await await_many_dispatch([receive, self._channel_receive], self.dispatch)
@@ -57,19 +59,34 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         failures = 0
         while True:
             try:
-                message = await self.channel_layer.receive(self.channel_name)
+                if self.membership_stale:
+                    # A Redis that restarted empty forgot the groups: join
+                    # again before waiting, or no doorbell would ever come.
+                    await self._join_all()
+                return await self.channel_layer.receive(self.channel_name)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.membership_stale = True
                 failures += 1
                 if failures == 1:
                     log.warning("channel layer unreachable; polling meanwhile")
                 await asyncio.sleep(min(5.0, 0.2 * failures))
-                continue
-            if failures:
-                for group in list(self.groups_joined):
-                    await self._join(group)
-            return message
+
+    async def _join_all(self) -> None:
+        for group in list(self.groups_joined):
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.membership_stale = False
+
+    async def _refresh_membership(self) -> None:
+        """Re-join the groups now and then: channels_redis drops a member
+        after ``group_expiry`` and a socket may live longer than that."""
+        while True:
+            await asyncio.sleep(GROUP_REFRESH_S)
+            try:
+                await self._join_all()
+            except Exception:  # the receive loop retries
+                self.membership_stale = True
 
     async def connect(self) -> None:
         self.client: Any = None
@@ -85,11 +102,14 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self._close(CLOSE_UNAUTHORIZED)
             return
         await self._join(notify.node_group(self.node))
+        self.refresher = asyncio.create_task(self._refresh_membership())
 
     async def _join(self, group: str) -> None:
         self.groups_joined.add(group)
-        with contextlib.suppress(Exception):  # doorbells only; polling heals
+        try:
             await self.channel_layer.group_add(group, self.channel_name)
+        except Exception:  # doorbells only: polling delivers meanwhile
+            self.membership_stale = True
 
     async def _close(self, code: int) -> None:
         self.is_closing = True
@@ -268,10 +288,16 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                 if rows:
                     await self._send_rows(rows, replay=False)
                     continue
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(
                         self.wake.wait(), timeout=settings.DURABLECACHE_POLL_S
                     )
+                except TimeoutError:
+                    # Quiet for a poll period: also check the client was
+                    # not closed by an operator while a doorbell was lost.
+                    if not await db(selectors.client_exists)(client_id=client_id):
+                        await self._closed_by_operator(services.CLOSE_BY_OPERATOR)
+                        return
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -302,14 +328,20 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def queue_close(self, message: dict[str, Any]) -> None:
         await self._stop_delivery()
-        self.client = None  # closed by an operator: nothing to keep
-        await self._close(int(message["code"]))
+        await self._closed_by_operator(int(message["code"]))
+
+    async def _closed_by_operator(self, code: int) -> None:
+        self.client = None  # the client row is gone: nothing to keep
+        await self._close(code)
 
     async def node_close(self, message: dict[str, Any]) -> None:
         await self._close(int(message["code"]))
 
     async def disconnect(self, code: int) -> None:
         await self._stop_delivery()
+        refresher = getattr(self, "refresher", None)
+        if refresher is not None:
+            refresher.cancel()
         with contextlib.suppress(Exception):
             await self.channel_layer.group_discard(
                 notify.node_group(self.node), self.channel_name

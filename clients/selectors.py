@@ -31,6 +31,10 @@ def redundancy_satisfied(client: DurableClient) -> bool:
     return len(client.secondaries) >= wanted
 
 
+def client_exists(*, client_id: uuid.UUID) -> bool:
+    return DurableClient.objects.filter(pk=client_id).exists()
+
+
 def client_regions(*, client_id: uuid.UUID) -> list[str]:
     """Regions in which the client holds interests, sorted."""
     return sorted(

@@ -25,10 +25,15 @@ async def aring(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
-        await layer.group_send(group, message)
-    except Exception:
-        log.warning("channel layer send to %s failed", group, exc_info=True)
+    # Two tries: after a Redis restart the first send may meet a pooled
+    # connection that died with the old server.
+    for attempt in (1, 2):
+        try:
+            await layer.group_send(group, message)
+            return
+        except Exception as exc:  # a doorbell must never fail a write
+            if attempt == 2:
+                log.warning("channel layer send to %s failed: %s", group, exc)
 
 
 def ring(client_id: Any, head: int) -> None:

@@ -86,13 +86,20 @@ class EmbeddedRedis:
 class Cluster:
     """A set of nodes sharing one cluster database and one Redis."""
 
-    def __init__(self, workdir: Path, *, own_redis: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        own_redis: bool = False,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.own_redis = own_redis
         self.nodes: dict[str, dict[str, Any]] = {}
         self.redis: EmbeddedRedis | None = None
         self.pg_databases: list[str] = []
         self.env = self._environment()
+        self.env.update(settings or {})
 
     def _environment(self) -> dict[str, str]:
         env = {
