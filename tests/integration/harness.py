@@ -9,6 +9,7 @@ Redis: DURABLECACHE_REDIS_URL's server on a database number of our own
 """
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -28,7 +29,9 @@ import redis
 from durablecache import nodes
 
 ROOT = Path(__file__).resolve().parents[2]
-E2E_REDIS_DB = 13
+# Each Cluster alive at once gets its own Redis database on a shared server,
+# so two clusters never share node queues ("node.node-1") or wipe each other.
+_redis_dbs = itertools.cycle(range(1, 16))
 
 
 def free_port() -> int:
@@ -118,7 +121,7 @@ class Cluster:
             base = (
                 redis_url.rsplit("/", 1)[0] if redis_url.count("/") > 2 else redis_url
             )
-            env["DURABLECACHE_REDIS_URL"] = f"{base}/{E2E_REDIS_DB}"
+            env["DURABLECACHE_REDIS_URL"] = f"{base}/{next(_redis_dbs)}"
             redis.Redis.from_url(env["DURABLECACHE_REDIS_URL"]).flushdb()
         else:
             self.redis = EmbeddedRedis(self.workdir / "redis")
@@ -163,7 +166,11 @@ class Cluster:
     def start_node(self, name: str, port: int | None = None) -> str:
         """Start ``runnode`` in its own process group; return its base URL."""
         port = port or self.nodes.get(name, {}).get("port") or free_port()
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115
+        if name in self.nodes:
+            self.nodes[name]["log"].close()
+        log_path = self.workdir / f"{name}.log"
+        log = open(log_path, "ab")  # noqa: SIM115
+        log_start = log_path.stat().st_size
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -181,7 +188,13 @@ class Cluster:
             start_new_session=True,
         )
         url = f"http://127.0.0.1:{port}"
-        self.nodes[name] = {"proc": proc, "port": port, "url": url, "log": log}
+        self.nodes[name] = {
+            "proc": proc,
+            "port": port,
+            "url": url,
+            "log": log,
+            "log_start": log_start,
+        }
         wait_for(lambda: self._healthy(name), timeout=90, interval=0.1)
         return url
 
@@ -194,8 +207,11 @@ class Cluster:
                 ready = resp.status == 200
         except OSError:
             return False
-        # "ready" is printed after the HTTP side answers and the worker runs.
-        return ready and b" ready" in (self.workdir / f"{name}.log").read_bytes()
+        # "ready" is printed after the HTTP side answers; read only what this
+        # start wrote (a restart appends to the same log).
+        with open(self.workdir / f"{name}.log", "rb") as log:
+            log.seek(node["log_start"])
+            return ready and b" ready" in log.read()
 
     def log_tail(self, name: str, lines: int = 60) -> str:
         text = (self.workdir / f"{name}.log").read_text(errors="replace")

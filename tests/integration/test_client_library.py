@@ -125,6 +125,106 @@ def assert_versions_increase(events: list[EntryEvent]) -> None:
         assert versions == sorted(set(versions)), (key, versions)
 
 
+# 3. a node crash while events flow: reconnect, every id exactly once ----------
+#
+# First in the file on purpose: it runs its own cluster (function-scoped
+# `node1`) and ends before the module's `live` cluster starts. On the
+# production stack both would share Redis database 13 (harness.E2E_REDIS_DB):
+# the second Cluster flushes it and both `node-1` workers would consume the
+# same Celery queue `node.node-1`.
+
+
+def test_node_crash_while_events_flow_delivers_every_event_once(node1):
+    cluster = node1
+    operator = cluster.token("ops", operator=True)
+    user = cluster.token("app")
+    status, body = cluster.rest("POST", "/api/v1/regions/", operator, {"name": "flow"})
+    assert status == 201, body
+
+    writers, per_writer, keys_per_writer = 3, 80, 4
+    total = writers * per_writer
+    recorder = Recorder()
+    client = DurableClient(
+        cluster.ws_url("node-1"), durable_id="flow-1", timeout=600, token=user
+    )
+    # One lock per writer: the crash takes them all, so no put is in flight
+    # when the node dies and every answered put names its event. Writers
+    # wait for the crash half-way, so it always comes mid-stream.
+    locks = [threading.Lock() for _ in range(writers)]
+    crashed = threading.Event()
+    put_ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def writer(w):
+        try:
+            for i in range(per_writer):
+                if i == per_writer // 2 and not crashed.wait(timeout=60):
+                    raise TimeoutError("no crash within 60 s")
+                key = f"w{w}-k{i % keys_per_writer}"  # each key has one writer
+                with locks[w]:
+                    body = put(cluster, user, "flow", key, w * per_writer + i)
+                put_ids.append(body["event_id"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)
+    ]
+    try:
+        assert client.connect().pending_event_count == -2
+        client.region("flow", recorder).register_all_keys(durable=True)
+        client.ready_for_events()
+        client.wait_for_marker(timeout=WAIT_S)
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: len(recorder.events()) >= 40, timeout=WAIT_S)
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            cluster.kill_node("node-1")
+            cluster.start_node("node-1")  # same port
+            crashed.set()
+        for thread in threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        assert errors == []
+        expected = set(put_ids)
+        assert len(expected) == total
+
+        def received_all():
+            return {e.id for e in recorder.events()} >= expected
+
+        def state():
+            received = {e.id for e in recorder.events()}
+            return (
+                f"received {len(recorder.events())} ({len(received)} distinct), "
+                f"missing {sorted(expected - received)[:10]}, "
+                f"reconnects {client.async_client.reconnects}, "
+                f"connected {client.connected}, welcome {client.welcome}, "
+                f"REST {client_state(cluster, user, 'flow-1')}"
+            )
+
+        try:
+            wait_for(received_all, timeout=30)
+        except TimeoutError:
+            pytest.fail(f"not every event arrived: {state()}")
+        assert client.async_client.reconnects >= 1, state()
+    finally:
+        crashed.set()  # never leave a writer waiting
+        client.close(keepalive=False)
+
+    events = recorder.events()
+    ids = [e.id for e in events]
+    assert len(ids) == len(set(ids)), "the application saw an event twice"
+    assert set(ids) == expected
+    assert sorted(e.value for e in events) == list(range(total))
+    assert_versions_increase(events)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for event in events:
+        by_key[event.key].append(event.value)
+    assert all(values == sorted(values) for values in by_key.values())
+
+
 # 1. replay flag, marker, after_region_live order (asyncio face) ---------------
 
 
@@ -251,95 +351,6 @@ def test_replayed_old_updates_never_overwrite_the_image(live, region):
         assert cache.get_entry(key) == ("newest", 6)
     finally:
         second.close(keepalive=False)
-
-
-# 3. a node crash while events flow: reconnect, every id exactly once ----------
-
-
-def test_node_crash_while_events_flow_delivers_every_event_once(node1):
-    cluster = node1
-    operator = cluster.token("ops", operator=True)
-    user = cluster.token("app")
-    status, body = cluster.rest("POST", "/api/v1/regions/", operator, {"name": "flow"})
-    assert status == 201, body
-
-    writers, per_writer, keys_per_writer = 3, 80, 4
-    total = writers * per_writer
-    recorder = Recorder()
-    client = DurableClient(
-        cluster.ws_url("node-1"), durable_id="flow-1", timeout=600, token=user
-    )
-    # One lock per writer: the crash takes them all, so no put is in flight
-    # when the node dies and every answered put names its event.
-    locks = [threading.Lock() for _ in range(writers)]
-    put_ids: list[str] = []
-    errors: list[BaseException] = []
-
-    def writer(w):
-        try:
-            for i in range(per_writer):
-                key = f"w{w}-k{i % keys_per_writer}"  # each key has one writer
-                with locks[w]:
-                    body = put(cluster, user, "flow", key, w * per_writer + i)
-                put_ids.append(body["event_id"])
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)
-    ]
-    try:
-        assert client.connect().pending_event_count == -2
-        client.region("flow", recorder).register_all_keys(durable=True)
-        client.ready_for_events()
-        client.wait_for_marker(timeout=WAIT_S)
-        for thread in threads:
-            thread.start()
-        wait_for(lambda: len(recorder.events()) >= 40, timeout=WAIT_S)
-        with contextlib.ExitStack() as stack:
-            for lock in locks:
-                stack.enter_context(lock)
-            assert len(put_ids) < total // 2, "the crash must come mid-stream"
-            cluster.kill_node("node-1")
-            cluster.start_node("node-1")  # same port
-        for thread in threads:
-            thread.join(timeout=60)
-            assert not thread.is_alive()
-        assert errors == []
-        expected = set(put_ids)
-        assert len(expected) == total
-
-        def received_all():
-            return {e.id for e in recorder.events()} >= expected
-
-        def state():
-            received = {e.id for e in recorder.events()}
-            return (
-                f"received {len(recorder.events())} ({len(received)} distinct), "
-                f"missing {sorted(expected - received)[:10]}, "
-                f"reconnects {client.async_client.reconnects}, "
-                f"connected {client.connected}, welcome {client.welcome}, "
-                f"REST {client_state(cluster, user, 'flow-1')}"
-            )
-
-        try:
-            wait_for(received_all, timeout=30)
-        except TimeoutError:
-            pytest.fail(f"not every event arrived: {state()}")
-        assert client.async_client.reconnects >= 1, state()
-    finally:
-        client.close(keepalive=False)
-
-    events = recorder.events()
-    ids = [e.id for e in events]
-    assert len(ids) == len(set(ids)), "the application saw an event twice"
-    assert set(ids) == expected
-    assert sorted(e.value for e in events) == list(range(total))
-    assert_versions_increase(events)
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for event in events:
-        by_key[event.key].append(event.value)
-    assert all(values == sorted(values) for values in by_key.values())
 
 
 # 4. unacked events come back after a reconnect and are dropped ----------------
