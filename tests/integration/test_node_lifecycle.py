@@ -151,3 +151,58 @@ def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
 
     event = asyncio.run(scenario())
     assert (event["key"], event["value"], event["replay"]) == ("k", 1, False)
+
+
+def test_sigterm_closes_sockets_with_4503_and_the_queue_survives(node1):
+    """A graceful stop: 4503 to connected clients, exit within 30 s."""
+    import time
+
+    cluster = node1
+    operator = cluster.token("ops", operator=True)
+    user = cluster.token("app")
+    assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "g"})[0] == 201
+
+    async def connected_until_stop():
+        async with _connect(cluster, user) as ws:
+            await _hello(ws, durable_id="graceful")
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "register_interest",
+                        "region": "g",
+                        "all_keys": True,
+                        "durable": True,
+                        "policy": "none",
+                        "id": "r",
+                    }
+                )
+            )
+            await _recv_type(ws, "interest_registered")
+            started = time.monotonic()
+            stopping = asyncio.create_task(
+                asyncio.to_thread(cluster.stop_node, "node-1")
+            )
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await _recv(ws, wait=30)
+            exit_code = await stopping
+            return closed.value.rcvd.code, exit_code, time.monotonic() - started
+
+    close_code, exit_code, took = asyncio.run(connected_until_stop())
+    assert close_code == 4503
+    assert exit_code == 0
+    assert took < 30
+    # Back on the same node: the durable client and its interest are kept.
+    cluster.start_node("node-1")
+    assert (
+        cluster.rest("PUT", "/api/v1/regions/g/entries/k/", user, {"value": "after"})[0]
+        == 200
+    )
+
+    async def come_back():
+        async with _connect(cluster, user) as ws:
+            await _hello(ws, durable_id="graceful")
+            await ws.send(json.dumps({"type": "ready"}))
+            return await _recv_type(ws, "event", wait=30)
+
+    event = asyncio.run(come_back())
+    assert (event["key"], event["value"]) == ("k", "after")
