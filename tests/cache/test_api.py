@@ -9,26 +9,16 @@ from rest_framework.test import APIClient
 from durablecache.cache import selectors, services
 from durablecache.cache.api.urls import ENCODED_SLASH
 from durablecache.cache.models import Entry, Event
+from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
 
 BASE = "/api/v1"
 
 
 def entry_url(region, key, suffix=""):
     return f"{BASE}/regions/{region}/entries/{quote(key, safe='')}/{suffix}"
-
-
-def assert_error(response, status, code=None):
-    """Every error under /api/ is {"error": {"code", "message"}}."""
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"code", "message"}
-    assert body["error"]["message"]
-    if code is not None:
-        assert body["error"]["code"] == code
-    return body["error"]
 
 
 def put_raw(api, region, key, text):

@@ -11,22 +11,12 @@ from clients.models import DurableClient, Interest, QueueSizeReport
 from durablecache.cache import services as cache_services
 from durablecache.cache.models import Node
 from queues import selectors as queue_selectors
+from tests.helpers import assert_error
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
+
 BASE = "/api/v1"
-
-
-def assert_error(response, status, code=None):
-    """Every error under /api/ is {"error": {"code", "message"}}."""
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"code", "message"}
-    assert body["error"]["message"]
-    if code is not None:
-        assert body["error"]["code"] == code
-    return body["error"]
 
 
 def hello(user, durable_id, channel_name="ch-1", **extra):
