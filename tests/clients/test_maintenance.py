@@ -1,0 +1,60 @@
+"""The periodic tick's steps, each idempotent."""
+
+import pytest
+
+from clients import fanout, maintenance, services
+from clients.matching import parse_selector
+from clients.models import DurableClient, QueueSizeReport
+from durablecache.cache import services as cache_services
+from queues import selectors as queue_selectors
+
+pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
+
+def connected(user, durable_id):
+    options = services.parse_hello_options({"durable_id": durable_id})
+    client = services.client_hello(
+        user=user, channel_name=durable_id, options=options
+    ).client
+    services.interest_register(
+        client=client,
+        region="prices",
+        selector=parse_selector({"all_keys": True}),
+        is_durable=True,
+        policy="none",
+    )
+    return client
+
+
+def test_queue_sizes_are_reported_and_follow_changes(user, region):
+    first, second = connected(user, "a"), connected(user, "b")
+    maintenance.report_queue_sizes("node-1")
+    assert dict(QueueSizeReport.objects.values_list("client_id", "size")) == {
+        first.id: 0,
+        second.id: 0,
+    }
+    cache_services.entry_put(region="prices", key="k", value=1)
+    fanout.fanout_node("node-1")
+    maintenance.report_queue_sizes("node-1")
+    assert QueueSizeReport.objects.get(client=first).size == 1
+    DurableClient.objects.filter(pk=second.pk).delete()
+    maintenance.drop_orphans()
+    maintenance.report_queue_sizes("node-1")
+    assert list(QueueSizeReport.objects.values_list("client_id", flat=True)) == [
+        first.id
+    ]
+
+
+def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
+    client = connected(user, "moved")
+    DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
+    assert maintenance.drop_orphans() == 1
+    assert queue_selectors.queue_size(client_id=client.id) == -2
+
+
+def test_tick_runs_every_step(user, region):
+    client = connected(user, "ticked")
+    cache_services.entry_put(region="prices", key="k", value=1)
+    maintenance.tick("node-1")
+    assert queue_selectors.queue_size(client_id=client.id) == 1
+    assert QueueSizeReport.objects.get(client=client).size == 1
