@@ -14,7 +14,7 @@ class QueueState(models.Model):
     client_id = models.UUIDField(primary_key=True)
     durable_id = models.CharField(max_length=128, null=True, blank=True)
     conflate = models.CharField(max_length=8, default="server")
-    # Highest seq handed out; queue seqs are unique and increasing per queue.
+    # Highest seq appended; a queue entry's seq is its event's log seq.
     last_seq = models.BigIntegerField(default=0)
     acked_through = models.BigIntegerField(default=0)
     # Highest seq sent on the current session; updates after it conflate.

@@ -57,12 +57,21 @@ def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, in
 
 
 def _append(state: QueueState, events: Sequence[Any]) -> int:
-    """Append to one locked queue, conflating superseded undelivered updates."""
+    """Append to one locked queue, conflating superseded undelivered updates.
+
+    A queue entry's seq is its event's cluster-wide log seq: increasing in
+    every queue (the fan-out appends in log order), with gaps, and the same
+    on every host of a queue, so an ``ack up_to`` means the same rows
+    wherever it is applied. Events at or below the head were appended
+    already (a replayed fan-out) and are skipped.
+    """
     new: list[QueueEntry | None] = []
     pending_update: dict[tuple[str, str | None], int] = {}
     deleted = 0
     for event in events:
-        state.last_seq += 1
+        if event.seq <= state.last_seq:
+            continue
+        state.last_seq = event.seq
         ident = (event.region, event.key)
         if _conflates(state, event):
             if ident in pending_update:
