@@ -34,6 +34,7 @@ run: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 format: install
 	$(PY) -m ruff check --fix .

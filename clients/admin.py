@@ -10,7 +10,14 @@ class InterestInline(admin.TabularInline):
     model = Interest
     extra = 0
     fields = ["region", "kind", "selector", "is_durable", "policy", "since_seq"]
-    readonly_fields = fields
+    readonly_fields = [
+        "region",
+        "kind",
+        "selector",
+        "is_durable",
+        "policy",
+        "since_seq",
+    ]
 
 
 @admin.register(DurableClient)
@@ -43,7 +50,7 @@ class DurableClientAdmin(admin.ModelAdmin):
     actions = ["close_clients"]
 
     @admin.action(permissions=["delete"], description="Close: drop queue everywhere")
-    def close_clients(self, request, queryset):  # type: ignore[no-untyped-def]
+    def close_clients(self, request, queryset):
         count = 0
         for client in queryset.exclude(durable_id__isnull=True):
             services.client_delete(user=request.user, durable_id=client.durable_id)

@@ -47,13 +47,18 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         the delivery poll carry events meanwhile.
         """
         self.scope = scope
-        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        layer = get_channel_layer(self.channel_layer_alias)
+        assert layer is not None, "durablecache needs a channel layer"  # noqa: S101
+        self.channel_layer = layer
         self.channel_name = await self.channel_layer.new_channel()
         self.groups_joined: set[str] = set()
         self.membership_stale = False
         self.base_send = send
         with contextlib.suppress(StopConsumer):
-            await await_many_dispatch([receive, self._channel_receive], self.dispatch)
+            await await_many_dispatch(
+                [receive, self._channel_receive],  # type: ignore[list-item]
+                self.dispatch,
+            )
 
     async def _channel_receive(self) -> dict[str, Any]:
         failures = 0

@@ -143,7 +143,7 @@ def node_overview(
         if node == primary or node in nodes:
             queued[node] += size
     queued[own_node] = sum(queue_selectors.queue_sizes().values())
-    nodes = [n for n in cache_selectors.node_list() if after is None or n.name > after]
+    listed = [n for n in cache_selectors.node_list() if after is None or n.name > after]
     return [
         {
             "name": node.name,
@@ -154,5 +154,5 @@ def node_overview(
             "secondary_queues": seconds[node.name],
             "queued_events": queued[node.name],
         }
-        for node in nodes[:limit]
+        for node in listed[:limit]
     ]

@@ -43,7 +43,7 @@ application = ProtocolTypeRouter(
     {
         "http": EncodedSlashMiddleware(django_asgi_app),
         "websocket": OriginCheckMiddleware(
-            TokenAuthMiddleware(URLRouter(websocket_urlpatterns))
+            TokenAuthMiddleware(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
         ),
     }
 )

@@ -83,4 +83,4 @@ def database_config(url: str, *, sqlite_default_path: str) -> dict:
             "timeout": 30,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
-    return config
+    return dict(config)

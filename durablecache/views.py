@@ -24,7 +24,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 class _NodeCollector:
     """Gauges read from the databases at scrape time (cheap counts)."""
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         from clients.models import DurableClient
 
         node = settings.DURABLECACHE_NODE_NAME

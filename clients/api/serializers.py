@@ -89,11 +89,12 @@ class InterestSerializer(serializers.ModelSerializer[Interest]):
         ]
 
     def to_representation(self, instance: Interest) -> dict[str, Any]:
-        selector: dict[str, Any] = {
+        selectors: dict[str, dict[str, Any]] = {
             InterestKind.KEY: {"keys": [instance.selector]},
             InterestKind.REGEX: {"regex": instance.selector},
             InterestKind.ALL_KEYS: {"all_keys": True},
-        }[InterestKind(instance.kind)]
+        }
+        selector = selectors[InterestKind(instance.kind)]
         return {
             "id": instance.pk,
             "region": instance.region,

@@ -11,7 +11,7 @@ class RegionAdmin(admin.ModelAdmin):
     search_fields = ["name"]
     list_filter = ["conflate_events"]
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request, obj=None):
         return False  # writes go through services (REST / dashboard)
 
 
@@ -29,7 +29,7 @@ class EntryAdmin(admin.ModelAdmin):
         "updated_at",
     ]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request):
         return False
 
 
@@ -39,10 +39,10 @@ class EventAdmin(admin.ModelAdmin):
     list_filter = ["op", "region"]
     search_fields = ["event_id", "key"]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request):
         return False
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request, obj=None):
         return False
 
 

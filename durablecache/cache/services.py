@@ -137,7 +137,9 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
                 region=reg, key__in=list(entries)
             )
         }
-        to_create, to_update, specs = [], [], []
+        to_create: list[Entry] = []
+        to_update: list[Entry] = []
+        specs: list[dict[str, Any]] = []
         for key in sorted(entries):
             old = existing.get(key)
             op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE

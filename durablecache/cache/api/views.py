@@ -127,10 +127,11 @@ class EntryListView(APIView):
     )
     def get(self, request: Request, region: str) -> Response:
         page = page_params(request)
+        prefix = request.query_params.get("prefix")
         rows = selectors.entry_list(
             region=region,
             after=page.after,
-            prefix=_checked_key(request.query_params.get("prefix")),
+            prefix=_checked_key(prefix) if prefix else None,
             limit=page.limit + 1,
         )
         return paged_response(
@@ -200,7 +201,7 @@ def _valid(serializer_class: Any, request: Request) -> dict[str, Any]:
     return dict(serializer.validated_data)
 
 
-def _checked_key(key: str | None) -> str | None:
+def _checked_key(key: str) -> str:
     """Refuse a key no entry can have before it reaches a query (PostgreSQL
     cannot even compare a string holding U+0000)."""
-    return validate_key(key) if key else None
+    return validate_key(key)
