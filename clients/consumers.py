@@ -54,11 +54,20 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.groups_joined: set[str] = set()
         self.membership_stale = False
         self.base_send = send
-        with contextlib.suppress(StopConsumer):
-            await await_many_dispatch(
-                [receive, self._channel_receive],  # type: ignore[list-item]
-                self.dispatch,
-            )
+        try:
+            with contextlib.suppress(StopConsumer):
+                await await_many_dispatch(
+                    [receive, self._channel_receive],  # type: ignore[list-item]
+                    self.dispatch,
+                )
+        finally:
+            # A handler that raised (the database failing, say) ends the
+            # socket without a websocket.disconnect: release the client all
+            # the same, or its durable id would answer 4409 until the node
+            # restarts.
+            if getattr(self, "client", None) is not None:
+                with contextlib.suppress(Exception):
+                    await self.disconnect(1011)
 
     async def _channel_receive(self) -> dict[str, Any]:
         failures = 0
