@@ -7,6 +7,7 @@ whatever the number of doorbells, retries or crashes (ARCHITECTURE.md,
 """
 
 import logging
+import time
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -81,10 +82,23 @@ def fanout_node(node: str | None = None) -> int:
     return total
 
 
+_live_nodes: tuple[float, list[str]] = (0.0, [])
+LIVE_NODES_TTL_S = 1.0
+
+
+def _nodes_to_ring() -> list[str]:
+    """Live node names, read at most once a second per process."""
+    global _live_nodes
+    read_at, names = _live_nodes
+    if time.monotonic() - read_at > LIVE_NODES_TTL_S:
+        names = [n.name for n in cache_selectors.nodes_up()]
+        _live_nodes = (time.monotonic(), names)
+    return names or [settings.DURABLECACHE_NODE_NAME]
+
+
 def ring_fanout(last_seq: int) -> None:
     """After a write commits: ask every live node to fan the new events out."""
     from clients.tasks import fanout_on
 
-    nodes = [n.name for n in cache_selectors.nodes_up()]
-    for node in nodes or [settings.DURABLECACHE_NODE_NAME]:
+    for node in _nodes_to_ring():
         fanout_on(node)

@@ -5,6 +5,7 @@ Tasks carry ids only and are idempotent; a lost one is healed by the next
 """
 
 import logging
+import threading
 import time
 import uuid
 
@@ -57,8 +58,46 @@ def tick_task(node: str) -> None:
     maintenance.tick(node)
 
 
+class Doorbell:
+    """Coalesce fan-out doorbells: at most one send pending per node.
+
+    Writers only mark the node and return, so a REST write never waits for
+    the broker; one daemon thread per process sends the tasks. Under load
+    many writes share one task, and one fan-out moves them all in a batch.
+    A doorbell lost with the process is healed by the next tick.
+    """
+
+    def __init__(self) -> None:
+        self.pending: set[str] = set()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def ring(self, node: str) -> None:
+        with self.lock:
+            self.pending.add(node)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="fanout-doorbell", daemon=True
+                )
+                self.thread.start()
+        self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            with self.lock:
+                nodes, self.pending = self.pending, set()
+            for node in sorted(nodes):
+                _send(fanout_task, node, node)
+
+
+doorbell = Doorbell()
+
+
 def fanout_on(node: str) -> None:
-    _send(fanout_task, node, node)
+    doorbell.ring(node)
 
 
 def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
