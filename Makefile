@@ -47,3 +47,10 @@ test: lint
 
 clean:
 	rm -rf $(VENV) var
+
+# Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
+# prints a table and writes bench/results.json. See docs/performance.md.
+.PHONY: bench
+bench: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	timeout -s INT -k 30 600 $(PY) -m bench.run

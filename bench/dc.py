@@ -1,0 +1,207 @@
+"""durablecache side: raw-protocol websocket clients and REST writers."""
+
+import asyncio
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import websockets
+
+from bench.common import Rest, wait_until
+
+WAIT_S = 60
+
+
+class Ws:
+    """One raw-protocol websocket client."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token = url, token
+        self.ws: Any = None
+
+    async def connect(self) -> "Ws":
+        self.ws = await websockets.connect(
+            self.url,
+            additional_headers={"Authorization": f"Token {self.token}"},
+            max_size=None,
+            ping_interval=None,
+        )
+        return self
+
+    async def send(self, **frame: Any) -> None:
+        await self.ws.send(json.dumps(frame))
+
+    async def expect(self, frame_type: str) -> dict[str, Any]:
+        while True:
+            frame = json.loads(await asyncio.wait_for(self.ws.recv(), WAIT_S))
+            if frame["type"] == frame_type:
+                return frame
+            if frame["type"] == "error":
+                raise RuntimeError(f"server error: {frame}")
+
+    async def hello(self, durable_id: str) -> dict[str, Any]:
+        await self.send(type="hello", durable_id=durable_id, timeout=1800)
+        return await self.expect("welcome")
+
+    async def register(self, region: str, **selector: Any) -> None:
+        await self.send(
+            type="register_interest",
+            id="r",
+            region=region,
+            durable=True,
+            policy="none",
+            **selector,
+        )
+        await self.expect("interest_registered")
+
+    async def ready(self) -> dict[str, Any]:
+        await self.send(type="ready")
+        return await self.expect("marker")
+
+    async def close(self, keepalive: bool) -> None:
+        await self.send(type="close", keepalive=keepalive)
+        try:
+            await self.expect("closed")
+        finally:
+            await self.ws.close()
+
+
+async def make_offline(url: str, token: str, durable_id: str, region: str) -> None:
+    """A durable client with durable interest in every key, then away."""
+    ws = await Ws(url, token).connect()
+    await ws.hello(durable_id)
+    await ws.register(region, all_keys=True)
+    await ws.close(keepalive=True)
+
+
+async def discard(url: str, token: str, durable_id: str) -> None:
+    """Reconnect and close with keepalive false: the queue goes."""
+    ws = await Ws(url, token).connect()
+    await ws.hello(durable_id)
+    await ws.close(keepalive=False)
+
+
+def pending(rest: Rest, durable_id: str) -> int:
+    return int(rest.ok("GET", f"/api/v1/clients/{durable_id}/")["pending_events"])
+
+
+def wait_pending(rest: Rest, durable_id: str, count: int, timeout: float) -> float:
+    return wait_until(lambda: pending(rest, durable_id) >= count, timeout=timeout)
+
+
+def fill_putall(rest: Rest, region: str, prefix: str, count: int) -> None:
+    batch = 1000
+    for start in range(0, count, batch):
+        entries = {f"{prefix}{i}": {"i": i} for i in range(start, start + batch)}
+        rest.ok("POST", f"/api/v1/regions/{region}/putall/", {"entries": entries})
+
+
+def put_one(rest: Rest, region: str, key: str, value: Any) -> None:
+    rest.ok("PUT", f"/api/v1/regions/{region}/entries/{key}/", {"value": value})
+
+
+def enqueue_putall(
+    ws_url: str, rest: Rest, token: str, region: str, durable_id: str, count: int
+) -> float:
+    """Events/s from the first putall to all ``count`` events queued."""
+    asyncio.run(make_offline(ws_url, token, durable_id, region))
+    start = time.monotonic()
+    fill_putall(rest, region, f"{durable_id}-", count)
+    end = wait_pending(rest, durable_id, count, timeout=300)
+    return count / (end - start)
+
+
+def enqueue_puts(
+    ws_url: str,
+    rest: Rest,
+    token: str,
+    region: str,
+    durable_id: str,
+    count: int,
+    writers: int,
+) -> float:
+    """Events/s of single PUTs from ``writers`` threads until all are queued."""
+    asyncio.run(make_offline(ws_url, token, durable_id, region))
+    per = count // writers
+
+    def write(w: int) -> None:
+        for i in range(per):
+            put_one(rest, region, f"{durable_id}-{w}-{i}", i)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(writers) as pool:
+        list(pool.map(write, range(writers)))
+    end = wait_pending(rest, durable_id, per * writers, timeout=300)
+    rate = per * writers / (end - start)
+    asyncio.run(discard(ws_url, token, durable_id))
+    return rate
+
+
+async def replay(ws_url: str, token: str, durable_id: str, count: int) -> float:
+    """Reconnect, ready, read ``count`` replayed events acking as it goes."""
+    ws = await Ws(ws_url, token).connect()
+    welcome = await ws.hello(durable_id)
+    if welcome["pending_events"] < count:
+        raise RuntimeError(f"expected {count} pending, got {welcome}")
+    received = 0
+    last_seq = acked = 0
+    last_ack = start = time.monotonic()
+    await ws.send(type="ready")
+    while received < count:
+        frame = json.loads(await asyncio.wait_for(ws.ws.recv(), WAIT_S))
+        if frame["type"] != "event":
+            continue
+        received += 1
+        last_seq = frame["seq"]
+        now = time.monotonic()
+        if received - acked >= 1000 or now - last_ack >= 0.05:
+            await ws.send(type="ack", up_to=last_seq)
+            acked, last_ack = received, now
+    elapsed = time.monotonic() - start
+    await ws.send(type="ack", up_to=last_seq)
+    await ws.close(keepalive=False)
+    return count / elapsed
+
+
+async def _fanout_client(
+    ws_url: str, token: str, durable_id: str, region: str, key: str
+) -> Ws:
+    ws = await Ws(ws_url, token).connect()
+    await ws.hello(durable_id)
+    await ws.register(region, keys=[key])
+    await ws.ready()
+    return ws
+
+
+async def _connect_many(
+    factory: Any, count: int, parallel: int = 50, first: int = 0
+) -> list[Any]:
+    clients: list[Any] = []
+    for start in range(first, first + count, parallel):
+        batch = [factory(i) for i in range(start, min(first + count, start + parallel))]
+        clients += await asyncio.gather(*batch)
+    return clients
+
+
+async def idle_durable_clients(
+    ws_url: str, token: str, region: str, tag: str, count: int
+) -> list[Ws]:
+    """``count`` connected, ready, idle durable clients (one key each)."""
+
+    async def one(i: int) -> Ws:
+        return await _fanout_client(ws_url, token, f"{tag}-{i}", region, f"{tag}-{i}")
+
+    return await _connect_many(one, count)
+
+
+async def idle_echo_clients(ws_url: str, count: int) -> list[Ws]:
+    """``count`` websockets to the bare echo app, each after one round trip."""
+
+    async def one(_: int) -> Ws:
+        ws = await Ws(ws_url, "none").connect()
+        await ws.ws.send('{"type": "hello"}')
+        await asyncio.wait_for(ws.ws.recv(), WAIT_S)
+        return ws
+
+    return await _connect_many(one, count)

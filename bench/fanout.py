@@ -1,0 +1,205 @@
+"""Live fan-out: subscribers in their own processes, writer in this one.
+
+At 100 subscribers x 100 events/s a single Python process receiving every
+frame is the bottleneck of the measurement itself, so the subscribers are
+split over ``PROCESSES`` spawned processes (the same for both sides). Latency
+is wall clock from the scheduled send time of a write to a subscriber parsing
+the frame; every process is on this machine, so the clocks are the same.
+"""
+
+import asyncio
+import json
+import multiprocessing
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import websockets
+
+from bench import dc, mqtt
+from bench.common import Rest, percentile
+
+PROCESSES = 2
+GRACE_S = 30
+
+
+def _dc_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> None:
+    async def run() -> list[float]:
+        conns = await dc._connect_many(
+            lambda i: dc._fanout_client(
+                args["ws_url"],
+                args["token"],
+                f"{args['tag']}-{i}",
+                args["region"],
+                args["key"],
+            ),
+            args["count"],
+            first=args["first"],
+        )
+        ready.put(len(conns))
+        latencies: list[float] = []
+        expected = args["expected"] * len(conns)
+
+        async def reader(ws: dc.Ws) -> None:
+            since_ack = 0
+            while True:
+                try:
+                    raw = await ws.ws.recv()
+                except websockets.ConnectionClosed:
+                    return
+                now = time.time()
+                frame = json.loads(raw)
+                if frame["type"] != "event":
+                    continue
+                latencies.append(now - frame["value"]["t"])
+                since_ack += 1
+                if since_ack >= 50:
+                    await ws.send(type="ack", up_to=frame["seq"])
+                    since_ack = 0
+
+        tasks = [asyncio.create_task(reader(ws)) for ws in conns]
+        # ``stop`` is a multiprocessing.Event: it can only be polled here.
+        while len(latencies) < expected and not stop.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(ws.close(keepalive=False) for ws in conns))
+        return latencies
+
+    results.put(asyncio.run(run()))
+
+
+def _mqtt_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> None:
+    port, tag, topic = args["port"], args["tag"], args["topic"]
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def on_message(_c: Any, _u: Any, message: Any) -> None:
+        now = time.time()
+        sent = json.loads(message.payload)["t"]
+        with lock:
+            latencies.append(now - sent)
+
+    ids = [f"{tag}-{i}" for i in range(args["first"], args["first"] + args["count"])]
+    subs = []
+    for client_id in ids:
+        client = mqtt.client_for(port, client_id, clean=False)
+        subscribed = threading.Event()
+        client.on_subscribe = lambda *_, ev=subscribed: ev.set()
+        client.on_message = on_message
+        mqtt.connect(client, port)
+        client.subscribe(topic, qos=1)
+        if not subscribed.wait(mqtt.WAIT_S):
+            raise TimeoutError("no SUBACK")
+        subs.append(client)
+    ready.put(len(subs))
+    expected = args["expected"] * len(subs)
+    while len(latencies) < expected and not stop.is_set():
+        time.sleep(0.05)
+    for client in subs:
+        client.disconnect()
+        client.loop_stop()
+    for client_id in ids:
+        mqtt.drop_session(port, client_id)
+    with lock:
+        results.put(list(latencies))
+
+
+def _run(
+    target: Any, base: dict[str, Any], clients: int, puts: int, publish: Any
+) -> dict[str, float]:
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    per = -(-clients // PROCESSES)
+    procs = []
+    for first in range(0, clients, per):
+        args = {**base, "first": first, "count": min(per, clients - first)}
+        args["expected"] = puts
+        proc = ctx.Process(target=target, args=(args, ready, stop, results))
+        proc.start()
+        procs.append(proc)
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        publish()
+        latencies: list[float] = []
+        deadline = time.monotonic() + GRACE_S
+        for _ in procs:
+            try:
+                latencies += results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                stop.set()
+                latencies += results.get(timeout=60)
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return {
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "max_ms": max(latencies) * 1000,
+        "received": len(latencies),
+        "expected": puts * clients,
+    }
+
+
+def run_dc(
+    ws_url: str,
+    rest: Rest,
+    token: str,
+    region: str,
+    tag: str,
+    clients: int,
+    rate: int,
+    seconds: float,
+) -> dict[str, float]:
+    key = f"{tag}-hot"
+    puts = int(rate * seconds)
+
+    def publish() -> None:
+        start = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            for i in range(puts):
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                # "Issued" is the scheduled send time, so a server that falls
+                # behind shows up as latency instead of a slower writer.
+                pool.submit(dc.put_one, rest, region, key, {"t": time.time()})
+
+    base = {
+        "ws_url": ws_url,
+        "token": token,
+        "tag": tag,
+        "region": region,
+        "key": key,
+    }
+    return _run(_dc_receiver, base, clients, puts, publish)
+
+
+def run_mqtt(
+    port: int, tag: str, clients: int, rate: int, seconds: float
+) -> dict[str, float]:
+    topic = f"{tag}/hot"
+    puts = int(rate * seconds)
+
+    def publish() -> None:
+        publisher = mqtt.client_for(port, f"{tag}-pub", clean=True)
+        mqtt.connect(publisher, port)
+        start = time.monotonic()
+        for i in range(puts):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            publisher.publish(topic, json.dumps({"t": time.time()}), qos=1)
+        publisher.disconnect()
+        publisher.loop_stop()
+
+    base = {"port": port, "tag": tag, "topic": topic}
+    return _run(_mqtt_receiver, base, clients, puts, publish)
