@@ -18,7 +18,6 @@ from django.db import transaction
 from clients.matching import key_matches
 from clients.models import Interest
 from durablecache.cache import selectors as cache_selectors
-from durablecache.cache.models import Node
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -75,9 +74,7 @@ def fanout_node(node: str | None = None) -> int:
             heads = queue_services.queue_append_many(match_events(events, hosted))
             cursor.fanout_through = events[-1].seq
             cursor.save(update_fields=["fanout_through", "updated_at"])
-            through = cursor.fanout_through
         total += len(events)
-        Node.objects.filter(name=node).update(fanout_through=through)
         notify.ring_many(heads)
     return total
 

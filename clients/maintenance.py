@@ -24,11 +24,24 @@ def tick(node: str) -> None:
     3. expire clients, 4. report queue sizes, 5. drop orphaned queues,
     6. prune the event log."""
     fanout.fanout_node(node)
+    report_fanout_cursor(node)
     services.clients_of_dead_nodes_disconnect()
     services.clients_expire()
     report_queue_sizes(node)
     drop_orphans()
     prune_event_log()
+
+
+def report_fanout_cursor(node: str) -> None:
+    """Publish how far this node has read the log (it bounds pruning).
+
+    Once a tick rather than after every fan-out: a write to the cluster
+    database per fan-out would compete with the writers for its lock.
+    """
+    through = queue_selectors.fanout_cursor(node=node)
+    Node.objects.filter(name=node).exclude(fanout_through=through).update(
+        fanout_through=through
+    )
 
 
 def report_queue_sizes(node: str) -> None:

@@ -90,19 +90,15 @@ def _connection_is_live(client: DurableClient) -> bool:
     if node is None:
         # This node before its first heartbeat (tests): trust the flag; a
         # node whose row was removed by hand holds no socket any more.
-        return client.node == _self()
-    if not cache_selectors.node_is_up(node) and node.name != _self():
+        return client.node == self_node()
+    if not cache_selectors.node_is_up(node) and node.name != self_node():
         return False
     return client.connected_at is None or node.started_at <= client.connected_at
 
 
-def _self() -> str:
-    return settings.DURABLECACHE_NODE_NAME
-
-
 def self_node() -> str:
     """The name of the node this process belongs to."""
-    return _self()
+    return settings.DURABLECACHE_NODE_NAME
 
 
 def _ws_url(node: Node) -> str:
@@ -123,7 +119,7 @@ def client_hello(
        the pending count is -2 (no queue), -1 (queue lost), or its size.
     """
     durable_id = options["durable_id"]
-    node = _self()
+    node = self_node()
     now = timezone.now()
     with transaction.atomic():
         client = None
@@ -236,7 +232,7 @@ def _delete_client(client: DurableClient) -> None:
         from clients.tasks import drop_queue_on
 
         for host in hosts:
-            if host == _self():
+            if host == self_node():
                 queue_services.queue_drop(client_id=client_id)
             else:
                 drop_queue_on(host, client_id)
@@ -282,7 +278,7 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
                 durable_id=durable_id,
                 owner=user,
                 timeout=timeout,
-                primary=_self(),
+                primary=self_node(),
                 disconnected_at=now,
                 expires_at=now + timedelta(seconds=timeout),
             )

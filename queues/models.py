@@ -29,7 +29,6 @@ class QueueState(models.Model):
 class QueueEntry(models.Model):
     queue = models.ForeignKey(QueueState, on_delete=models.CASCADE, related_name="+")
     seq = models.BigIntegerField()
-    event_seq = models.BigIntegerField()
     event_id = models.CharField(max_length=32)
     region = models.CharField(max_length=128)
     key = models.CharField(max_length=512, null=True)

@@ -36,11 +36,6 @@ async def aring(group: str, message: dict[str, Any]) -> None:
                 log.warning("channel layer send to %s failed: %s", group, exc)
 
 
-def ring(client_id: Any, head: int) -> None:
-    """Wake the consumer holding this client's socket, if any."""
-    async_to_sync(aring)(group_for(client_id), {"type": "queue.wakeup", "head": head})
-
-
 def ring_many(heads: dict[Any, int]) -> None:
     async def send_all() -> None:
         for client_id, head in heads.items():

@@ -4,7 +4,7 @@ import uuid
 from typing import Any
 
 from durablecache.cache.events import format_ts
-from queues.models import QueueEntry, QueueState
+from queues.models import FanoutCursor, QueueEntry, QueueState
 
 NO_QUEUE = -2
 
@@ -39,6 +39,14 @@ def queue_sizes() -> dict[uuid.UUID, int]:
 
 def queue_client_ids() -> list[uuid.UUID]:
     return list(QueueState.objects.values_list("client_id", flat=True))
+
+
+def fanout_cursor(*, node: str) -> int:
+    """How far this node's fan-out has read the cluster event log."""
+    found = FanoutCursor.objects.filter(node=node).values_list(
+        "fanout_through", flat=True
+    )
+    return found[0] if found else 0
 
 
 def entry_to_event(entry: QueueEntry) -> dict[str, Any]:

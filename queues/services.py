@@ -97,7 +97,6 @@ def entry_from_event(state: QueueState, seq: int, event: Any) -> QueueEntry:
     return QueueEntry(
         queue=state,
         seq=seq,
-        event_seq=event.seq,
         event_id=event.event_id,
         region=event.region,
         key=event.key,

@@ -11,3 +11,14 @@ def assert_error(response, status, code=None):
     if code is not None:
         assert body["error"]["code"] == code
     return body["error"]
+
+
+def follow_pages(api, url):
+    """Collect every page of a list by following ``next`` links."""
+    pages = []
+    while url:
+        response = api.get(url)
+        assert response.status_code == 200, response.content
+        pages.append(response.json()["results"])
+        url = response.json()["next"]
+    return pages

@@ -28,7 +28,6 @@ from clients.api.serializers import (
 from clients.models import DurableClient
 from durablecache.api import (
     PAGE_PARAMETERS,
-    StrictJSONParser,
     error_responses,
     keyset,
     page_params,
@@ -80,8 +79,6 @@ class ClientDetailView(APIView):
 
 
 class InterestListView(APIView):
-    parser_classes = [StrictJSONParser]
-
     @extend_schema(
         parameters=PAGE_PARAMETERS,
         operation_id="clients_interests_list",
@@ -151,8 +148,6 @@ class QueueView(APIView):
 
 class CqListView(APIView):
     """Continuous queries are part of the contract but not implemented yet."""
-
-    parser_classes = [StrictJSONParser]
 
     @extend_schema(
         operation_id="clients_cqs_list",

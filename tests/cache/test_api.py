@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 from durablecache.cache import selectors, services
 from durablecache.cache.api.urls import ENCODED_SLASH
 from durablecache.cache.models import Entry, Event
-from tests.helpers import assert_error
+from tests.helpers import assert_error, follow_pages
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -23,17 +23,6 @@ def entry_url(region, key, suffix=""):
 
 def put_raw(api, region, key, text):
     return api.put(entry_url(region, key), text, content_type="application/json")
-
-
-def follow_pages(api, url):
-    """Collect every page of a list by following ``next`` links."""
-    pages = []
-    while url:
-        response = api.get(url)
-        assert response.status_code == 200, response.content
-        pages.append(response.json()["results"])
-        url = response.json()["next"]
-    return pages
 
 
 # --- authentication and permissions -------------------------------------

@@ -11,7 +11,7 @@ from clients.models import DurableClient, Interest, QueueSizeReport
 from durablecache.cache import services as cache_services
 from durablecache.cache.models import Node
 from queues import selectors as queue_selectors
-from tests.helpers import assert_error
+from tests.helpers import assert_error, follow_pages
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -23,16 +23,6 @@ def hello(user, durable_id, channel_name="ch-1", **extra):
     """Connect a durable client on this node (node-1), as the websocket does."""
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
     return services.client_hello(user=user, channel_name=channel_name, options=options)
-
-
-def follow_pages(api, url):
-    pages = []
-    while url:
-        response = api.get(url)
-        assert response.status_code == 200, response.content
-        pages.append(response.json()["results"])
-        url = response.json()["next"]
-    return pages
 
 
 def register(api, durable_id, **body):

@@ -53,8 +53,12 @@ def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
 
 
 def test_tick_runs_every_step(user, region):
+    node = cache_services.node_register(name="node-1", url="http://127.0.0.1:1")
     client = connected(user, "ticked")
-    cache_services.entry_put(region="prices", key="k", value=1)
+    _, event = cache_services.entry_put(region="prices", key="k", value=1)
     maintenance.tick("node-1")
     assert queue_selectors.queue_size(client_id=client.id) == 1
     assert QueueSizeReport.objects.get(client=client).size == 1
+    # The cursor is published once a tick (it bounds event-log pruning).
+    node.refresh_from_db()
+    assert node.fanout_through == event.seq

@@ -3,11 +3,11 @@
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from clients import selectors, services
+from clients.api.serializers import DurableClientSerializer
 from durablecache.cache.exceptions import DomainError
 
 
@@ -19,20 +19,8 @@ def _operator() -> Any:
 
 
 def _row(client: Any) -> dict[str, Any]:
-    sizes = selectors.queue_sizes_of(client, own_node=settings.DURABLECACHE_NODE_NAME)
-    return {
-        "durable_id": client.durable_id,
-        "owner": client.owner.username,
-        "state": "connected" if client.is_connected else "disconnected",
-        "node": client.node,
-        "primary": client.primary,
-        "secondaries": client.secondaries,
-        "queue_sizes": sizes,
-        "pending_events": sizes.get(client.primary, 0),
-        "timeout": client.timeout,
-        "redundancy": client.redundancy,
-        "expires_at": client.expires_at.isoformat() if client.expires_at else None,
-    }
+    """The same fields as ``GET /api/v1/clients/{id}/``."""
+    return dict(DurableClientSerializer(client).data)
 
 
 class Command(BaseCommand):

@@ -15,7 +15,6 @@ from rest_framework.views import APIView
 
 from durablecache.api import (
     PAGE_PARAMETERS,
-    StrictJSONParser,
     error_responses,
     keyset,
     page_params,
@@ -63,7 +62,6 @@ class IsOperatorOrReadOnly(IsOperator):
 
 class RegionListView(APIView):
     permission_classes = [IsOperatorOrReadOnly]
-    parser_classes = [StrictJSONParser]
 
     @extend_schema(
         parameters=PAGE_PARAMETERS,
@@ -145,8 +143,6 @@ class EntryListView(APIView):
 
 @extend_schema(parameters=[KEY_PARAMETER])
 class EntryDetailView(APIView):
-    parser_classes = [StrictJSONParser]
-
     @extend_schema(responses={200: EntrySerializer, **error_responses(400, 404)})
     def get(self, request: Request, region: str, key: str) -> Response:
         entry = selectors.entry_get(region=region, key=_checked_key(key))
@@ -180,8 +176,6 @@ class EntryInvalidateView(APIView):
 
 
 class PutAllView(APIView):
-    parser_classes = [StrictJSONParser]
-
     @extend_schema(
         request=PutAllSerializer,
         responses={200: PutAllResultSerializer, **error_responses(400, 404, 413)},
