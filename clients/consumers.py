@@ -111,6 +111,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.bad_frames = 0
         self.wake = asyncio.Event()
         self.delivery: asyncio.Task[None] | None = None
+        self.delivery_stopping = False
         await self.accept()
         if self.scope.get("user") is None:
             await self._close(CLOSE_UNAUTHORIZED)
@@ -294,7 +295,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self.send(
                 protocol.reply("marker", None, replayed=replayed, regions=regions)
             )
-            while True:
+            while not self.delivery_stopping:
                 self.wake.clear()
                 rows = await db(queue_selectors.queue_entries_after)(
                     client_id=client_id, after=self.sent_through, limit=batch
@@ -303,9 +304,11 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                     await self._send_rows(rows, replay=False)
                     continue
                 try:
-                    await asyncio.wait_for(
-                        self.wake.wait(), timeout=settings.DURABLECACHE_POLL_S
-                    )
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for
+                    # can swallow a cancel that races a wake-up, and then
+                    # _stop_delivery waited forever (seen under load).
+                    async with asyncio.timeout(settings.DURABLECACHE_POLL_S):
+                        await self.wake.wait()
                 except TimeoutError:
                     # Quiet for a poll period: also check the client was
                     # not closed by an operator while a doorbell was lost.
@@ -332,6 +335,9 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def _stop_delivery(self) -> None:
         if self.delivery is not None:
+            # The flag ends the loop even if a cancel were lost.
+            self.delivery_stopping = True
+            self.wake.set()
             self.delivery.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.delivery
