@@ -3,7 +3,7 @@
 import base64
 import logging
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +12,7 @@ from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter
-from rest_framework import exceptions, parsers, serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -200,22 +200,3 @@ PAGE_PARAMETERS = [
 def error_responses(*codes: int) -> dict[int, Any]:
     """Schema responses for the given error statuses (401 is always added)."""
     return dict.fromkeys(sorted({401, *codes}), ErrorSerializer)
-
-
-class StrictJSONParser(parsers.JSONParser):
-    """DRF's JSON parser, answering 400 (not 500) to JSON nested too deeply.
-
-    ``json.loads`` raises RecursionError, which DRF does not catch, for
-    input nested about a thousand levels deep.
-    """
-
-    def parse(
-        self,
-        stream: Any,
-        media_type: str | None = None,
-        parser_context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError as exc:
-            raise exceptions.ParseError("JSON nested too deeply") from exc

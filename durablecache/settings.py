@@ -162,7 +162,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "durablecache.api.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["durablecache.api.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["durablecache.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
