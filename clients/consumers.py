@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 
-from clients import protocol, selectors, services
+from clients import protocol, replication, selectors, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
@@ -261,6 +261,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if up_to > self.sent_through:
             raise ValidationError(f"up_to {up_to} is beyond the last seq sent")
         await db(queue_services.queue_ack)(client_id=self.client.id, up_to=up_to)
+        if self.client.is_durable:
+            replication.ack_relay.add(self.client.id, up_to)
 
     async def on_close(self, frame: dict[str, Any], req_id: str | None) -> None:
         keepalive = parse_bool(frame.get("keepalive"), field="keepalive")
@@ -311,9 +313,15 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                         await self.wake.wait()
                 except TimeoutError:
                     # Quiet for a poll period: also check the client was
-                    # not closed by an operator while a doorbell was lost.
-                    if not await db(selectors.client_exists)(client_id=client_id):
+                    # not closed by an operator while a doorbell was lost,
+                    # nor moved to another primary (this node was taken for
+                    # dead, or handed it over): then it must reconnect.
+                    primary = await db(selectors.client_primary)(client_id=client_id)
+                    if primary is None:
                         await self._closed_by_operator(services.CLOSE_BY_OPERATOR)
+                        return
+                    if primary != self.node:
+                        await self._close(CLOSE_SHUTDOWN)
                         return
         except asyncio.CancelledError:
             raise

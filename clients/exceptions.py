@@ -24,3 +24,11 @@ class ClientConnectedError(DomainError):
 
 class UnknownClientError(NotFoundError):
     code = "not_found"
+
+
+class NodeDrainingError(DomainError):
+    """This node is handing its queues over before it stops (4503)."""
+
+    code = "unavailable"
+    status = 503
+    close_code = 4503

@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db.models import Min
 from django.utils import timezone
 
-from clients import fanout, services
+from clients import fanout, replication, services
 from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
@@ -21,13 +21,17 @@ EVENT_RETENTION = timedelta(minutes=10)
 
 def tick(node: str) -> None:
     """1. fan out unread events, 2. disconnect clients of dead nodes,
-    3. expire clients, 4. report queue sizes, 5. drop orphaned queues,
-    6. prune the event log."""
+    3. fail over and restore redundancy, 4. heal copies being filled here,
+    5. expire clients, 6. report queue sizes and acks, 7. apply the acks
+    primaries reported, 8. drop orphaned queues, 9. prune the event log."""
     fanout.fanout_node(node)
     report_fanout_cursor(node)
     services.clients_of_dead_nodes_disconnect()
+    replication.placement_repair()
+    replication.copies_resume(node)
     services.clients_expire()
     report_queue_sizes(node)
+    replication.apply_reported_acks(node)
     drop_orphans()
     prune_event_log()
 
@@ -45,27 +49,39 @@ def report_fanout_cursor(node: str) -> None:
 
 
 def report_queue_sizes(node: str) -> None:
-    """Publish this node's queue sizes to the cluster database.
+    """Publish this node's queue sizes and acks to the cluster database.
 
-    Only changed sizes are written, so an idle node with thousands of
+    Only changed rows are written, so an idle node with thousands of
     queues costs two reads a tick.
     """
-    sizes = queue_selectors.queue_sizes()
+    heads = {
+        s.client_id: (s.size, s.acked_through) for s in queue_selectors.queue_states()
+    }
     reports = {r.client_id: r for r in QueueSizeReport.objects.filter(node=node)}
-    gone = [pk for pk in reports if pk not in sizes]
+    gone = [pk for pk in reports if pk not in heads]
     QueueSizeReport.objects.filter(node=node, client_id__in=gone).delete()
     changed = []
-    for client_id, size in sizes.items():
+    for client_id, (size, acked) in heads.items():
         report = reports.get(client_id)
-        if report is not None and report.size != size:
-            report.size = size
+        if report is not None and (report.size, report.acked_through) != (
+            size,
+            acked,
+        ):
+            report.size, report.acked_through = size, acked
             report.reported_at = timezone.now()  # bulk_update skips auto_now
             changed.append(report)
-    QueueSizeReport.objects.bulk_update(changed, ["size", "reported_at"])
-    missing = [pk for pk in sizes if pk not in reports]
+    QueueSizeReport.objects.bulk_update(
+        changed, ["size", "acked_through", "reported_at"]
+    )
+    missing = [pk for pk in heads if pk not in reports]
     known = DurableClient.objects.filter(pk__in=missing).values_list("pk", flat=True)
     QueueSizeReport.objects.bulk_create(
-        [QueueSizeReport(client_id=pk, node=node, size=sizes[pk]) for pk in known],
+        [
+            QueueSizeReport(
+                client_id=pk, node=node, size=heads[pk][0], acked_through=heads[pk][1]
+            )
+            for pk in known
+        ],
         ignore_conflicts=True,
     )
 

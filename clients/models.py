@@ -38,6 +38,9 @@ class DurableClient(models.Model):
     channel_name = models.CharField(max_length=255, blank=True, default="")
     primary = models.CharField(max_length=128, blank=True, default="")
     secondaries = models.JSONField(default=list, blank=True)
+    # Secondaries whose copy is still being filled (a subset of
+    # ``secondaries``); only a complete copy can be promoted to primary.
+    syncing = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     connected_at = models.DateTimeField(null=True, blank=True)
     disconnected_at = models.DateTimeField(null=True, blank=True)
@@ -61,6 +64,10 @@ class DurableClient(models.Model):
     @property
     def hosts(self) -> list[str]:
         return [h for h in [self.primary, *self.secondaries] if h]
+
+    @property
+    def complete_secondaries(self) -> list[str]:
+        return [h for h in self.secondaries if h not in self.syncing]
 
 
 class InterestKind(models.TextChoices):
@@ -134,6 +141,9 @@ class QueueSizeReport(models.Model):
     )
     node = models.CharField(max_length=128)
     size = models.BigIntegerField(default=0)
+    # The host's acknowledged-through seq: a primary's report heals a lost
+    # ack relay to its secondaries.
+    acked_through = models.BigIntegerField(default=0)
     reported_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from clients import replication
 from clients.matching import Selector, key_matches
 from clients.models import DurableClient, Interest, InterestKind, QueueSizeReport
 from durablecache.cache import selectors as cache_selectors
@@ -25,14 +26,13 @@ def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
 
 
 def redundancy_satisfied(client: DurableClient) -> bool:
-    wanted = client.redundancy
-    if wanted < 0:
-        wanted = max(0, len(cache_selectors.nodes_up()) - 1)
-    return len(client.secondaries) >= wanted
+    return replication.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
 
 
-def client_exists(*, client_id: uuid.UUID) -> bool:
-    return DurableClient.objects.filter(pk=client_id).exists()
+def client_primary(*, client_id: uuid.UUID) -> str | None:
+    """The client's primary node, or None once the client is gone."""
+    found = DurableClient.objects.filter(pk=client_id).values_list("primary", flat=True)
+    return found[0] if found else None
 
 
 def client_regions(*, client_id: uuid.UUID) -> list[str]:

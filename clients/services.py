@@ -18,10 +18,22 @@ from django.utils import timezone
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
+    NodeDrainingError,
     UnknownClientError,
 )
 from clients.matching import Selector
 from clients.models import Conflate, DurableClient, Interest, LostQueue
+from clients.replication import (
+    DOWN,
+    DRAINING,
+    UP,
+    Membership,
+    fail_over,
+    hosted_load,
+    refuses_connections,
+    start_copies,
+    top_up,
+)
 from durablecache.cache import selectors as cache_selectors
 from durablecache.cache.exceptions import ValidationError
 from durablecache.cache.models import Node
@@ -78,20 +90,19 @@ def parse_hello_options(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _node_row(name: str) -> Node | None:
-    return Node.objects.filter(name=name).first()
-
-
-def _connection_is_live(client: DurableClient) -> bool:
+def _connection_is_live(client: DurableClient, members: Membership) -> bool:
     """Whether the recorded socket can still exist (its node has not died)."""
     if not client.is_connected:
         return False
-    node = _node_row(client.node)
-    if node is None:
-        # This node before its first heartbeat (tests): trust the flag; a
-        # node whose row was removed by hand holds no socket any more.
-        return client.node == self_node()
-    if not cache_selectors.node_is_up(node) and node.name != self_node():
+    node = members.rows.get(client.node)
+    if client.node == self_node():
+        # This node before its first heartbeat (tests): trust the flag.
+        return (
+            node is None
+            or client.connected_at is None
+            or (node.started_at <= client.connected_at)
+        )
+    if node is None or members.state(client.node) != UP:
         return False
     return client.connected_at is None or node.started_at <= client.connected_at
 
@@ -107,6 +118,32 @@ def _ws_url(node: Node) -> str:
     return f"{base}/ws/v1/subscribe"
 
 
+def _membership(durable_id: str | None) -> Membership:
+    """The cluster as seen by this hello, with a dead socket's node probed.
+
+    A client whose node was killed comes back before that node's heartbeat
+    goes stale; if nothing listens at its address any more, it is taken
+    for down at once (failover in about a reconnect, not a node timeout).
+    """
+    members = Membership.read()
+    node = self_node()
+    members.assume_up.add(node)
+    if durable_id is None or not settings.DURABLECACHE_PROBE_PEERS:
+        return members
+    seen = DurableClient.objects.filter(durable_id=durable_id).first()
+    if seen is None or not seen.is_connected or seen.node == node:
+        return members
+    peer = members.rows.get(seen.node)
+    if (
+        peer is not None
+        and members.state(peer.name) == UP
+        and refuses_connections(peer.url)
+    ):
+        log.info("%s refuses connections: taken for down", peer.name)
+        members.suspects.add(peer.name)
+    return members
+
+
 def client_hello(
     *, user: Any, channel_name: str, options: dict[str, Any]
 ) -> HelloResult:
@@ -114,13 +151,20 @@ def client_hello(
 
     1. A durable id owned by another user is refused (4403), then one that
        is connected on a live socket (4409).
-    2. A client whose primary is another live node is redirected there.
-    3. Otherwise this node hosts it: the queue is created if missing and
-       the pending count is -2 (no queue), -1 (queue lost), or its size.
+    2. If its primary is down or handing over, a complete secondary that is
+       up becomes primary (failover).
+    3. A client whose primary is another live node is redirected there; a
+       node that is handing over its queues refuses new work (4503).
+    4. Otherwise this node hosts it: the queue is created if missing,
+       secondaries are placed and their copies started, and the pending
+       count is -2 (no queue), -1 (queue lost), or its size.
     """
     durable_id = options["durable_id"]
     node = self_node()
     now = timezone.now()
+    members = _membership(durable_id)
+    draining = members.state(node) == DRAINING
+    added: list[str] = []
     with transaction.atomic():
         client = None
         if durable_id is not None:
@@ -132,15 +176,25 @@ def client_hello(
         if client is not None:
             if client.owner_id != user.pk:
                 raise ClientOwnedError("durable id is owned by another user")
-            if _connection_is_live(client):
+            if _connection_is_live(client, members):
                 raise ClientConnectedError("durable client is already connected")
-            primary = _node_row(client.primary) if client.primary else None
-            if (
-                primary is not None
-                and primary.name != node
-                and cache_selectors.node_is_up(primary)
-            ):
-                return HelloResult(client=None, redirect_url=_ws_url(primary))
+            if client.is_durable and client.primary:
+                before = (client.primary, client.secondaries, client.syncing)
+                fail_over(client, members)
+                if (client.primary, client.secondaries, client.syncing) != before:
+                    client.save(update_fields=["primary", "secondaries", "syncing"])
+            if client.primary and client.primary != node:
+                primary_state = members.state(client.primary)
+                if client.primary != node and primary_state == UP:
+                    return HelloResult(
+                        client=None, redirect_url=_ws_url(members.rows[client.primary])
+                    )
+                if client.primary != node and primary_state == DRAINING:
+                    raise NodeDrainingError(
+                        f"{client.primary} is handing this queue over; try again"
+                    )
+        if draining:
+            raise NodeDrainingError(f"{node} is shutting down")
         lost = False
         returning = client is not None and client.is_durable
         if durable_id is not None:
@@ -152,11 +206,14 @@ def client_hello(
         if client is None:
             client = DurableClient(durable_id=durable_id, owner=user)
         elif client.primary and client.primary != node:
-            # The primary is down and (without redundancy) its queue with it.
+            # Every host of the queue is down: say so, start afresh here.
             lost = True
+            log.warning("%s: no host of its queue is up; queue lost", client)
             queue_services.queue_drop(client_id=client.id)
+            _drop_elsewhere(client.id, [h for h in client.hosts if h != node])
+            client.secondaries, client.syncing = [], []
         client.timeout = options["timeout"]
-        client.redundancy = options["redundancy"]
+        client.redundancy = options["redundancy"] if durable_id is not None else 0
         client.conflate = options["conflate"]
         client.is_connected = True
         client.node = node
@@ -164,16 +221,30 @@ def client_hello(
         client.primary = node
         client.connected_at = now
         client.expires_at = None
+        if client.is_durable:
+            added = top_up(client, members, hosted_load())
         client.save()
     pending = queue_selectors.queue_size(client_id=client.id)
     queue_services.queue_ensure(
         client_id=client.id, durable_id=durable_id, conflate=client.conflate
     )
+    # The copies start from this node's queue, which exists only now.
+    start_copies(client.id, added, node)
     if lost or (returning and pending == NO_QUEUE):
         # A known durable client whose queue is gone from its host (its
         # store was lost): say so rather than hand it an empty queue.
         pending = QUEUE_LOST
     return HelloResult(client=client, pending_events=pending)
+
+
+def _drop_elsewhere(client_id: uuid.UUID, hosts: list[str]) -> None:
+    def drop() -> None:
+        from clients.tasks import drop_queue_on
+
+        for host in hosts:
+            drop_queue_on(host, client_id)
+
+    transaction.on_commit(drop)
 
 
 def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
@@ -400,10 +471,11 @@ def clients_of_dead_nodes_disconnect() -> int:
     Their timeout runs from the node's last heartbeat, so a node that never
     comes back cannot keep its clients (and their queues) forever.
     """
+    members = Membership.read()
     dead = {
-        n.name: n.last_heartbeat
-        for n in Node.objects.all()
-        if not cache_selectors.node_is_up(n) and not n.is_draining
+        name: row.last_heartbeat
+        for name, row in members.rows.items()
+        if members.state(name) == DOWN
     }
     count = 0
     for client in DurableClient.objects.filter(is_connected=True, node__in=dead):

@@ -8,11 +8,12 @@ import logging
 import threading
 import time
 import uuid
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
 
-from clients import fanout, maintenance
+from clients import fanout, maintenance, replication
 from queues import services as queue_services
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,42 @@ def fanout_task(node: str) -> int:
 @shared_task(name="clients.drop_queue", ignore_result=True)
 def drop_queue_task(client_id: str) -> bool:
     return queue_services.queue_drop(client_id=uuid.UUID(client_id))
+
+
+@shared_task(name="clients.adopt", ignore_result=True)
+def adopt_task(client_id: str, source: str) -> None:
+    replication.adopt(
+        client_id=uuid.UUID(client_id),
+        node=settings.DURABLECACHE_NODE_NAME,
+        source=source,
+    )
+
+
+@shared_task(name="clients.copy_out", ignore_result=True)
+def copy_out_task(client_id: str, target: str, after: int, upto: int) -> None:
+    node = settings.DURABLECACHE_NODE_NAME
+    page = replication.copy_out(
+        client_id=uuid.UUID(client_id), node=node, target=target, after=after, upto=upto
+    )
+    if page is not None:
+        _send(copy_in_task, target, client_id, node, page)
+
+
+@shared_task(name="clients.copy_in", ignore_result=True)
+def copy_in_task(client_id: str, source: str, page: dict[str, Any]) -> None:
+    replication.copy_in(
+        client_id=uuid.UUID(client_id),
+        node=settings.DURABLECACHE_NODE_NAME,
+        source=source,
+        page=page,
+    )
+
+
+@shared_task(name="clients.ack", ignore_result=True)
+def ack_task(acks: dict[str, int]) -> int:
+    return queue_services.queue_ack_many(
+        {uuid.UUID(pk): int(up_to) for pk, up_to in acks.items()}
+    )
 
 
 @shared_task(name="clients.tick", ignore_result=True)
@@ -98,6 +135,20 @@ doorbell = Doorbell()
 
 def fanout_on(node: str) -> None:
     doorbell.ring(node)
+
+
+def adopt_on(node: str, client_id: uuid.UUID, source: str) -> None:
+    _send(adopt_task, node, client_id.hex, source)
+
+
+def copy_out_on(
+    node: str, client_id: uuid.UUID, target: str, after: int, upto: int
+) -> None:
+    _send(copy_out_task, node, client_id.hex, target, after, upto)
+
+
+def ack_on(node: str, acks: dict[str, int]) -> None:
+    _send(ack_task, node, acks)
 
 
 def drop_queue_on(node: str, client_id: uuid.UUID) -> None:

@@ -1,8 +1,9 @@
 """Rows of the node store: the subscription queues this node hosts.
 
-A node reads and writes only its own store. Replicated to other hosts by
-task (issue: redundancy); a field added to QueueEntry must be added to
-``queues.services.entry_from_event`` and ``queues.selectors.entry_to_frame``.
+A node reads and writes only its own store; a copy on another host is
+filled by tasks (``clients.replication``). A field added to QueueEntry must be added to
+``queues.services.entry_from_event``, ``queues.selectors.entry_to_event`` and
+the copy format (``queues.selectors.entry_to_copy``).
 """
 
 from django.db import models
@@ -21,6 +22,14 @@ class QueueState(models.Model):
     delivered_through = models.BigIntegerField(default=0)
     size = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A copy being filled from another host (a new secondary) is not synced
+    # until every entry through ``copy_upto`` arrived; events after
+    # ``copy_upto`` come from this node's own fan-out.
+    is_synced = models.BooleanField(default=True)
+    copy_upto = models.BigIntegerField(default=0)
+    copy_after = models.BigIntegerField(default=0)
+    copy_source = models.CharField(max_length=128, blank=True, default="")
+    copy_requested_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.durable_id or self.client_id} ({self.size})"

@@ -61,3 +61,57 @@ def entry_to_event(entry: QueueEntry) -> dict[str, Any]:
         "version": entry.version,
         "ts": format_ts(entry.ts),
     }
+
+
+def entry_to_copy(entry: QueueEntry) -> dict[str, Any]:
+    """One queued entry as plain JSON, for copying it to another host."""
+    return {
+        "seq": entry.seq,
+        "event_id": entry.event_id,
+        "region": entry.region,
+        "key": entry.key,
+        "op": entry.op,
+        "value": entry.value,
+        "version": entry.version,
+        "ts": entry.ts.isoformat(),
+    }
+
+
+def queue_copy_page(
+    *, client_id: uuid.UUID, after: int, upto: int, limit: int
+) -> dict[str, Any] | None:
+    """One page of a complete queue for a new copy: entries in (after, upto].
+
+    None when this node holds no complete copy (the caller picks another
+    source). ``done`` says the page reaches ``upto``.
+    """
+    state = QueueState.objects.filter(pk=client_id, is_synced=True).first()
+    if state is None:
+        return None
+    rows = queue_entries_after(
+        client_id=client_id, after=after, through=upto, limit=limit
+    )
+    done = len(rows) < limit
+    return {
+        "durable_id": state.durable_id,
+        "conflate": state.conflate,
+        "acked_through": state.acked_through,
+        "entries": [entry_to_copy(row) for row in rows],
+        "next_after": upto if done else rows[-1].seq,
+        "done": done,
+    }
+
+
+def queue_copies_stalled(*, before: Any) -> list[QueueState]:
+    """Copies still being filled whose last page came before ``before``."""
+    return list(
+        QueueState.objects.filter(is_synced=False, copy_requested_at__lt=before)
+    )
+
+
+def queue_states() -> list[QueueState]:
+    return list(QueueState.objects.all())
+
+
+def queue_acked_through() -> dict[uuid.UUID, int]:
+    return dict(QueueState.objects.values_list("client_id", "acked_through"))

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
@@ -111,14 +113,123 @@ def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
     """Drop every entry with seq <= up_to; return how many went."""
     with transaction.atomic(using=NODE_STORE):
         state = QueueState.objects.select_for_update().filter(pk=client_id).first()
-        if state is None or up_to <= state.acked_through:
+        if state is None:
             return 0
-        deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
-        state.acked_through = up_to
-        state.delivered_through = max(state.delivered_through, up_to)
-        state.size = max(0, state.size - deleted)
-        state.save(update_fields=["acked_through", "delivered_through", "size"])
+        return _ack_locked(state, up_to)
+
+
+def _ack_locked(state: QueueState, up_to: int) -> int:
+    if up_to <= state.acked_through:
+        return 0
+    deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
+    state.acked_through = up_to
+    state.delivered_through = max(state.delivered_through, up_to)
+    state.size = max(0, state.size - deleted)
+    state.save(update_fields=["acked_through", "delivered_through", "size"])
     return deleted
+
+
+def queue_ack_many(acks: dict[uuid.UUID, int]) -> int:
+    """Apply acknowledgements relayed from a primary; return rows dropped."""
+    return sum(queue_ack(client_id=pk, up_to=up_to) for pk, up_to in acks.items())
+
+
+def queue_adopt(
+    *,
+    client_id: uuid.UUID,
+    durable_id: str | None,
+    conflate: str,
+    node: str,
+    source: str,
+) -> QueueState:
+    """Start (or restart) filling a copy of a client's queue on this node.
+
+    Under this node's fan-out cursor lock, a new copy takes the cursor as
+    ``copy_upto``: its own fan-out appends every later event, and the
+    source sends the entries through ``copy_upto``. A copy that is already
+    complete is left as it is.
+    """
+    with transaction.atomic(using=NODE_STORE):
+        cursor = cursor_lock(node)
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        now = timezone.now()
+        if state is None:
+            state = QueueState.objects.create(
+                client_id=client_id,
+                durable_id=durable_id,
+                conflate=conflate,
+                last_seq=cursor.fanout_through,
+                delivered_through=0,
+                is_synced=False,
+                copy_upto=cursor.fanout_through,
+                copy_after=0,
+                copy_source=source,
+                copy_requested_at=now,
+            )
+        elif not state.is_synced:
+            state.copy_source = source
+            state.copy_requested_at = now
+            state.save(update_fields=["copy_source", "copy_requested_at"])
+    return state
+
+
+def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
+    """Store one page of a copy; return whether the copy is now complete.
+
+    None when this node has no copy in progress for the client (dropped
+    meanwhile, or complete already: a page that arrives twice is harmless).
+    Entries at or below what the copy has acknowledged are skipped, and so
+    are entries already present, so pages may repeat or overlap.
+    """
+    with transaction.atomic(using=NODE_STORE):
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        if state is None:
+            return None
+        if state.is_synced:
+            return True
+        _ack_locked(state, int(page["acked_through"]))
+        wanted = [
+            e
+            for e in page["entries"]
+            if state.acked_through < e["seq"] <= state.copy_upto
+        ]
+        if wanted:
+            present = set(
+                QueueEntry.objects.filter(
+                    queue=state,
+                    seq__gte=wanted[0]["seq"],
+                    seq__lte=wanted[-1]["seq"],
+                ).values_list("seq", flat=True)
+            )
+            rows = [
+                _entry_from_copy(state, e) for e in wanted if e["seq"] not in present
+            ]
+            QueueEntry.objects.bulk_create(rows)
+            state.size += len(rows)
+        state.durable_id = page["durable_id"]
+        state.conflate = page["conflate"]
+        state.copy_after = max(state.copy_after, int(page["next_after"]))
+        state.copy_requested_at = timezone.now()
+        state.is_synced = bool(page["done"])
+        state.save()
+    return state.is_synced
+
+
+def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
+    ts = parse_datetime(data["ts"])
+    if ts is None:
+        raise ValueError(f"bad timestamp in a queue copy: {data['ts']!r}")
+    return QueueEntry(
+        queue=state,
+        seq=data["seq"],
+        event_id=data["event_id"],
+        region=data["region"],
+        key=data["key"],
+        op=data["op"],
+        value=data["value"],
+        version=data["version"],
+        ts=ts,
+    )
 
 
 def queue_mark_delivered(*, client_id: uuid.UUID, through: int) -> None:

@@ -36,6 +36,7 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
             "node",
             "primary",
             "secondaries",
+            "syncing",
             "queue_sizes",
             "pending_events",
             "timeout",

@@ -49,6 +49,7 @@ def test_connected_client_fields(api, user):
         "node": "node-1",
         "primary": "node-1",
         "secondaries": [],
+        "syncing": [],
         "queue_sizes": {"node-1": 0},
         "pending_events": 0,
         "timeout": 60,

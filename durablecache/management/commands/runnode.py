@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from clients import replication
 from clients import services as client_services
 from clients.tasks import tick_on
 from durablecache import nodes
@@ -22,7 +23,7 @@ from queues import notify
 from queues import services as queue_services
 
 CLOSE_SHUTDOWN = 4503
-STOP_GRACE_S = 20
+STOP_GRACE_S = 10
 
 
 class Command(BaseCommand):
@@ -139,14 +140,32 @@ class Node:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Graceful stop: leave the cluster, close sockets with 4503, exit."""
+        """Graceful stop: hand the queues over, close sockets with 4503, exit.
+
+        The worker keeps running while the queues are copied (it serves
+        the pages); the handover gets ``DURABLECACHE_HANDOVER_S`` and what
+        is left stays in this node's store for its restart.
+        """
         try:
             cache_services.node_drain(name=self.name)
+            left = replication.node_handover(
+                node=self.name,
+                deadline=time.monotonic() + settings.DURABLECACHE_HANDOVER_S,
+                heartbeat=self.heartbeat_while_draining,
+            )
+            if left:
+                sys.stderr.write(
+                    f"{self.name}: {left} queue(s) not handed over; kept here\n"
+                )
             notify.close_node(self.name, CLOSE_SHUTDOWN)
         except Exception as exc:
             sys.stderr.write(f"{self.name}: drain failed: {exc}\n")
         time.sleep(0.5)
         self.stop()
+
+    def heartbeat_while_draining(self) -> None:
+        """Stay visible as draining (not dead) while handing over."""
+        cache_services.node_heartbeat(name=self.name)
 
     def stop(self) -> None:
         for child in reversed(self.children):
