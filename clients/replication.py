@@ -201,8 +201,11 @@ def fix_placement(
         before = (client.primary, list(client.secondaries), list(client.syncing))
         has_primary = fail_over(client, members)
         added: list[str] = []
-        if has_primary or members.state(client.primary) == DRAINING:
-            at_least = 1 if client.primary == handing_over else 0
+        draining = members.state(client.primary) == DRAINING
+        if has_primary or draining:
+            # A draining primary needs one copy to hand over to, even at
+            # redundancy 0 (whichever node runs this step).
+            at_least = 1 if draining or client.primary == handing_over else 0
             added = top_up(client, members, load, at_least=at_least)
         if (client.primary, client.secondaries, client.syncing) != before:
             client.save(update_fields=["primary", "secondaries", "syncing"])

@@ -119,11 +119,13 @@ def _ws_url(node: Node) -> str:
 
 
 def _membership(durable_id: str | None) -> Membership:
-    """The cluster as seen by this hello, with a dead socket's node probed.
+    """The cluster as seen by this hello, with the client's old nodes probed.
 
     A client whose node was killed comes back before that node's heartbeat
-    goes stale; if nothing listens at its address any more, it is taken
-    for down at once (failover in about a reconnect, not a node timeout).
+    goes stale. If nothing listens at the address of the node that held its
+    socket, or of its primary (then also its secondaries), that node is
+    taken for down at once: failover in about a reconnect, not a node
+    timeout.
     """
     members = Membership.read()
     node = self_node()
@@ -131,17 +133,26 @@ def _membership(durable_id: str | None) -> Membership:
     if durable_id is None or not settings.DURABLECACHE_PROBE_PEERS:
         return members
     seen = DurableClient.objects.filter(durable_id=durable_id).first()
-    if seen is None or not seen.is_connected or seen.node == node:
+    if seen is None:
         return members
-    peer = members.rows.get(seen.node)
-    if (
-        peer is not None
-        and members.state(peer.name) == UP
-        and refuses_connections(peer.url)
-    ):
-        log.info("%s refuses connections: taken for down", peer.name)
-        members.suspects.add(peer.name)
+    first = [seen.node] if seen.is_connected else []
+    _probe(members, [*first, seen.primary])
+    if seen.primary in members.suspects:
+        _probe(members, seen.secondaries)
     return members
+
+
+def _probe(members: Membership, names: list[str]) -> None:
+    for name in dict.fromkeys(names):
+        peer = members.rows.get(name)
+        if (
+            peer is not None
+            and name != self_node()
+            and members.state(name) == UP
+            and refuses_connections(peer.url)
+        ):
+            log.info("%s refuses connections: taken for down", name)
+            members.suspects.add(name)
 
 
 def client_hello(

@@ -26,12 +26,10 @@ import pytest
 
 from durablecache_client import (
     AsyncDurableClient,
-    CacheListener,
     DurableClient,
-    EntryEvent,
-    RegionLiveEvent,
 )
 from tests.integration.harness import ROOT, wait_for
+from tests.integration.recording import Recorder, assert_versions_increase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 _names = itertools.count()
@@ -79,50 +77,6 @@ async def until(predicate, within=WAIT_S, interval=0.05):
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {within}s")
         await asyncio.sleep(interval)
-
-
-class Recorder(CacheListener):
-    """Record every callback in order; optionally the cache value at the time.
-
-    Listeners run on the client's loop thread; the test reads from another.
-    """
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, Any]] = []
-        self.cache_seen: list[Any] = []
-        self.region: Any = None  # set to read the local cache from callbacks
-        self._lock = threading.Lock()
-
-    def _event(self, event: EntryEvent) -> None:
-        with self._lock:
-            if self.region is not None:
-                self.cache_seen.append(self.region.get_entry(event.key))
-            self.log.append(("event", event))
-
-    after_create = after_update = after_destroy = after_invalidate = _event
-    after_region_clear = after_region_destroy = _event
-
-    def after_region_live(self, event: RegionLiveEvent) -> None:
-        with self._lock:
-            self.log.append(("live", event))
-
-    def entries(self) -> list[tuple[str, Any]]:
-        with self._lock:
-            return list(self.log)
-
-    def events(self) -> list[EntryEvent]:
-        return [item for kind, item in self.entries() if kind == "event"]
-
-    def lives(self) -> list[RegionLiveEvent]:
-        return [item for kind, item in self.entries() if kind == "live"]
-
-
-def assert_versions_increase(events: list[EntryEvent]) -> None:
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for event in events:
-        by_key[event.key].append(event.version)
-    for key, versions in by_key.items():
-        assert versions == sorted(set(versions)), (key, versions)
 
 
 # 3. a node crash while events flow: reconnect, every id exactly once ----------
