@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-NODES ?= 1
+NODES ?= 3
 PORT ?= 8000
 DATA_DIR ?= $(or $(DURABLECACHE_DATA_DIR),var)
 
@@ -50,6 +50,10 @@ clean:
 
 # Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
 # prints a table and writes bench/results.json. See docs/performance.md.
+.PHONY: bench-failover
+bench-failover: install
+	timeout -s INT -k 30 900 $(PY) -m bench.failover
+
 .PHONY: bench
 bench: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt

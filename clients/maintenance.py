@@ -6,7 +6,6 @@ Each step is idempotent, so running it on every node at once is safe.
 import logging
 from datetime import timedelta
 
-from django.db.models import Min
 from django.utils import timezone
 
 from clients import fanout, replication, services
@@ -105,9 +104,26 @@ def drop_orphans() -> int:
 
 
 def prune_event_log() -> int:
-    """Delete events every node has fanned out and that are old enough."""
-    low = Node.objects.aggregate(low=Min("fanout_through"))["low"]
-    if not low:
+    """Delete events every node that may still need them has fanned out.
+
+    A node that is up, or that still hosts a queue (it may restart and
+    fill it from its cursor), holds the log back; a dead node that hosts
+    nothing any more (its queues failed over, or it was retired) does not.
+    Events are also kept ``EVENT_RETENTION`` for copies being filled.
+    """
+    members = replication.Membership.read()
+    hosts: set[str] = set()
+    for primary, secondaries in DurableClient.objects.values_list(
+        "primary", "secondaries"
+    ):
+        hosts.add(primary)
+        hosts.update(secondaries or [])
+    needed = [
+        row.fanout_through
+        for name, row in members.rows.items()
+        if name in hosts or members.state(name) != replication.DOWN
+    ]
+    if not needed or not min(needed):
         return 0
     horizon = timezone.now() - EVENT_RETENTION
-    return Event.objects.filter(seq__lte=low, ts__lt=horizon).delete()[0]
+    return Event.objects.filter(seq__lte=min(needed), ts__lt=horizon).delete()[0]

@@ -59,6 +59,10 @@ def daphne_command(host: str, port: int) -> list[str]:
 def worker_command(node: str, concurrency: int) -> list[str]:
     return [
         python(),
+        # Celery warns on every start as root (containers, CI); said once in
+        # docs/operations.md instead.
+        "-W",
+        "ignore:You're running the worker with superuser privileges",
         "-m",
         "celery",
         "--quiet",

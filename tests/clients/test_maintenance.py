@@ -1,11 +1,15 @@
 """The periodic tick's steps, each idempotent."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from clients import fanout, maintenance, services
 from clients.matching import parse_selector
 from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache import services as cache_services
+from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
@@ -62,3 +66,32 @@ def test_tick_runs_every_step(user, region):
     # The cursor is published once a tick (it bounds event-log pruning).
     node.refresh_from_db()
     assert node.fanout_through == event.seq
+
+
+def _node(name, *, through, alive):
+    beat = timezone.now() - timedelta(seconds=0 if alive else 3600)
+    return Node.objects.create(
+        name=name,
+        url="http://127.0.0.1:1",
+        started_at=beat,
+        last_heartbeat=beat,
+        fanout_through=through,
+    )
+
+
+def test_prune_is_held_back_by_live_nodes_and_dead_hosts_only(user, region):
+    for i in range(6):
+        cache_services.entry_put(region="prices", key=f"k{i}", value=i)
+    Event.objects.update(ts=timezone.now() - timedelta(hours=1))
+    _node("node-1", through=5, alive=True)
+    _node("node-old", through=1, alive=False)
+    _node("node-host", through=3, alive=False)
+    DurableClient.objects.create(
+        durable_id="kept", owner=user, primary="node-1", secondaries=["node-host"]
+    )
+    # The dead node that still hosts a copy holds the log at 3; the retired
+    # one (hosting nothing) does not hold it at 1.
+    assert maintenance.prune_event_log() == 3
+    assert list(Event.objects.values_list("seq", flat=True)) == [4, 5, 6]
+    DurableClient.objects.filter(durable_id="kept").update(secondaries=[])
+    assert maintenance.prune_event_log() == 2

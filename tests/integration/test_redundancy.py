@@ -393,3 +393,61 @@ def test_rolling_restart_loses_nothing(cluster):
     welcome, replayed = asyncio.run(replay_all(cluster, user, "r0-away", "node-1"))
     assert welcome["pending_events"] == EVENTS
     assert_exactly(replayed, expected)
+
+
+@pytest.fixture
+def own_redis_cluster(tmp_path):
+    c = Cluster(tmp_path, own_redis=True)
+    try:
+        c.migrate()
+        yield c
+    finally:
+        c.close()
+
+
+def test_redis_restarted_empty_mid_stream_loses_nothing_on_any_host(
+    own_redis_cluster,
+):
+    """Rows are the truth: Redis (doorbells, Celery tasks, ack relays) is
+    killed and started empty while 10,000 events flow to a client with a
+    copy on each of two nodes. Every event arrives once, and both copies
+    drain to zero (acks reach the secondary again)."""
+    cluster = own_redis_cluster
+    operator, user = start_cluster(cluster, 2)
+    assert cluster.redis is not None
+    recorder = Recorder()
+    client = DurableClient(
+        [cluster.ws_url("node-1"), cluster.ws_url("node-2")],
+        durable_id="through-redis",
+        redundancy=1,
+        timeout=600,
+        token=user,
+    )
+    try:
+        client.connect()
+        client.region("r", recorder).register_all_keys(durable=True, policy="none")
+        client.ready_for_events()
+        client.wait_for_marker(timeout=30)
+        wait_redundant(cluster, operator, "through-redis", via="node-1")
+        writer = Writer(
+            cluster, user, "r", "node-2", batches=EVENTS // BATCH, pace=0.02
+        ).start()
+        wait_for(lambda: len(recorder.events()) >= EVENTS // 4, timeout=WAIT_S)
+        cluster.redis.restart()
+        expected = writer.finish(timeout=2 * WAIT_S)
+        wait_for(
+            lambda: {e.id for e in recorder.events()} >= expected,
+            timeout=2 * WAIT_S,
+            interval=0.2,
+        )
+        drained = wait_redundant(
+            cluster, operator, "through-redis", via="node-1", size=0
+        )
+        assert sorted(drained["queue_sizes"]) == ["node-1", "node-2"]
+    finally:
+        client.close(keepalive=False)
+    events = recorder.events()
+    ids = [e.id for e in events]
+    assert len(ids) == len(set(ids)), "the application saw an event twice"
+    assert set(ids) == expected
+    assert_versions_increase(events)

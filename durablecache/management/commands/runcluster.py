@@ -50,7 +50,7 @@ class Command(BaseCommand):
     help = "Run N nodes on this machine (and an embedded Redis if none is set)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--nodes", type=int, default=1)
+        parser.add_argument("--nodes", type=int, default=3)
         parser.add_argument("--base-port", type=int, default=8000)
         parser.add_argument("--host", default="127.0.0.1")
 

@@ -95,7 +95,8 @@ class AsyncDurableClient:
         close_timeout: float = 10.0,
         reconnect_initial_delay: float = 0.1,
         reconnect_max_delay: float = 5.0,
-        conflict_retries: int = 10,
+        conflict_retries: int = 40,
+        conflict_delay: float = 0.25,
         websocket_options: dict[str, Any] | None = None,
     ) -> None:
         self._urls = [urls] if isinstance(urls, str) else list(urls)
@@ -125,6 +126,7 @@ class AsyncDurableClient:
         self._initial_delay = reconnect_initial_delay
         self._max_delay = reconnect_max_delay
         self._conflict_retries = conflict_retries
+        self._conflict_delay = conflict_delay
         self._ws_options = dict(websocket_options or {})
 
         self._regions: dict[str, Region] = {}
@@ -452,9 +454,12 @@ class AsyncDurableClient:
         try:
             while not self._closing:
                 if attempt:
-                    await asyncio.sleep(
-                        backoff_delay(attempt, self._initial_delay, self._max_delay)
-                    )
+                    delay = backoff_delay(attempt, self._initial_delay, self._max_delay)
+                    if conflicts:
+                        # 4409: our old socket's node has not been taken for
+                        # dead yet; ask again soon, failover is near.
+                        delay = min(delay, self._conflict_delay)
+                    await asyncio.sleep(delay)
                 try:
                     session = await open_session(
                         self._next_url(),

@@ -141,6 +141,38 @@ async def test_already_connected_4409_gives_up_after_conflict_retries(
     assert info.value.close_code == 4409
 
 
+async def test_4409_is_retried_every_conflict_delay_not_the_growing_backoff(
+    fake_server, make_client, monkeypatch
+):
+    # A crashed node's socket still counts as connected until the server
+    # takes the node for dead: retry at a steady pace, not with a backoff
+    # that would grow past that moment.
+    from durablecache_client import client as client_module
+
+    monkeypatch.setattr(client_module, "backoff_delay", lambda *args: 5.0)
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, *args: object) -> None:
+        slept.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(client_module.asyncio, "sleep", sleep)
+    client = make_client(durable_id="app-1", conflict_delay=0.25)
+
+    task = asyncio.create_task(client.connect())
+    for _ in range(3):
+        conn = await fake_server.accept()
+        await conn.recv("hello")
+        await conn.close(4409, "already connected")
+    conn = await fake_server.accept()
+    await conn.welcome()
+
+    await asyncio.wait_for(task, 5)
+    assert slept.count(0.25) == 3
+    assert 5.0 not in slept
+
+
 async def test_connect_gives_up_after_connect_timeout(server_factory, make_client):
     dead = await server_factory()
     dead_url = dead.url
