@@ -8,6 +8,7 @@ rows; the channel layer only wakes it (and a poll heals lost wakeups).
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async as db
@@ -34,6 +35,8 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
 GROUP_REFRESH_S = 3600.0
+# A socket streaming without pause still checks its client's placement.
+PLACEMENT_CHECK_S = 5.0
 
 
 class SubscriptionConsumer(AsyncWebsocketConsumer):
@@ -297,8 +300,13 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self.send(
                 protocol.reply("marker", None, replayed=replayed, regions=regions)
             )
+            next_check = time.monotonic() + PLACEMENT_CHECK_S
             while not self.delivery_stopping:
                 self.wake.clear()
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + PLACEMENT_CHECK_S
+                    if not await self._still_served_here(client_id):
+                        return
                 rows = await db(queue_selectors.queue_entries_after)(
                     client_id=client_id, after=self.sent_through, limit=batch
                 )
@@ -312,22 +320,30 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                     async with asyncio.timeout(settings.DURABLECACHE_POLL_S):
                         await self.wake.wait()
                 except TimeoutError:
-                    # Quiet for a poll period: also check the client was
-                    # not closed by an operator while a doorbell was lost,
-                    # nor moved to another primary (this node was taken for
-                    # dead, or handed it over): then it must reconnect.
-                    primary = await db(selectors.client_primary)(client_id=client_id)
-                    if primary is None:
-                        await self._closed_by_operator(services.CLOSE_BY_OPERATOR)
-                        return
-                    if primary != self.node:
-                        await self._close(CLOSE_SHUTDOWN)
-                        return
+                    # Quiet for a poll period: check now (a doorbell of an
+                    # operator close may have been lost).
+                    next_check = 0.0
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("delivery to %s failed; closing the socket", client_id)
             await self._close(1011)
+
+    async def _still_served_here(self, client_id: Any) -> bool:
+        """Whether this socket may go on delivering; if not, close it.
+
+        Gone (an operator closed the client while its doorbell was lost):
+        4410. Moved to another primary (this node was taken for dead, or
+        handed the queue over): 4503, so the client reconnects there.
+        """
+        primary = await db(selectors.client_primary)(client_id=client_id)
+        if primary is None:
+            await self._closed_by_operator(services.CLOSE_BY_OPERATOR)
+            return False
+        if primary != self.node:
+            await self._close(CLOSE_SHUTDOWN)
+            return False
+        return True
 
     async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
         for row in rows:

@@ -226,7 +226,9 @@ def fix_placement(
 def _needs_fixing(row: tuple[Any, ...], members: Membership, live: int) -> bool:
     _, primary, secondaries, _, redundancy = row
     if members.state(primary) != UP:
-        return True
+        # Nothing to do for a dead primary without any copy elsewhere (its
+        # queue comes back with the node, or the next hello says -1).
+        return bool(secondaries) or members.state(primary) == DRAINING
     if any(members.state(s) != UP for s in secondaries):
         return True
     want = max(0, live - 1) if redundancy < 0 else redundancy

@@ -28,7 +28,8 @@ class _NodeCollector:
         from clients.models import DurableClient
 
         node = settings.DURABLECACHE_NODE_NAME
-        sizes = queue_selectors.queue_sizes()
+        states = queue_selectors.queue_states()
+        sizes = {s.client_id: s.size for s in states}
         gauges = [
             ("durablecache_regions", "Regions in the cluster", Region.objects.count()),
             (
@@ -48,6 +49,16 @@ class _NodeCollector:
                 sum(sizes.values()),
             ),
             (
+                "durablecache_copies_filling",
+                "Queue copies in this node store still being filled",
+                sum(1 for s in states if not s.is_synced),
+            ),
+            (
+                "durablecache_redundancy_short",
+                "Durable clients with fewer secondaries than their redundancy",
+                _redundancy_short(),
+            ),
+            (
                 "durablecache_event_log_rows",
                 "Events kept in the cluster event log",
                 Event.objects.count(),
@@ -57,6 +68,19 @@ class _NodeCollector:
             family = GaugeMetricFamily(name, doc, labels=["node"])
             family.add_metric([node], value)
             yield family
+
+
+def _redundancy_short() -> int:
+    from clients.models import DurableClient
+    from clients.replication import Membership, wanted_secondaries
+
+    live = len(Membership.read().up())
+    rows = DurableClient.objects.filter(durable_id__isnull=False).exclude(redundancy=0)
+    return sum(
+        1
+        for client in rows.only("durable_id", "redundancy", "secondaries", "syncing")
+        if len(client.complete_secondaries) < wanted_secondaries(client, live)
+    )
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

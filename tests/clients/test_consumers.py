@@ -650,6 +650,17 @@ async def test_node_shutdown_closes_its_sockets_4503(session, token):
     await sock.closed_with(4503)
 
 
+async def test_a_socket_whose_queue_moved_to_another_primary_is_closed_4503(
+    session, token
+):
+    # This node was taken for dead (or handed the queue over): the client
+    # must reconnect and be sent to its new primary.
+    sock, _ = await session(token, durable_id="d1")
+    await sock.ready()
+    await db(DurableClient.objects.filter(durable_id="d1").update)(primary="node-2")
+    await sock.closed_with(4503)
+
+
 # --- conflation and ordering -------------------------------------------------
 
 

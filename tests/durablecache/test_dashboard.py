@@ -3,7 +3,9 @@
 import pytest
 from django.test import Client as DjangoClient
 
+from clients.models import DurableClient
 from durablecache.cache import services as cache_services
+from queues import services as queue_services
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -38,3 +40,33 @@ def test_unknown_api_path_is_a_json_404(api):
     response = api.get("/api/v1/nope/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_metrics_count_clients_short_of_redundancy_and_copies_filling(user):
+    for name in ("node-1", "node-2"):
+        cache_services.node_register(name=name, url="http://127.0.0.1:1")
+    DurableClient.objects.create(
+        durable_id="full",
+        owner=user,
+        redundancy=1,
+        primary="node-1",
+        secondaries=["node-2"],
+    )
+    short = DurableClient.objects.create(
+        durable_id="short",
+        owner=user,
+        redundancy=1,
+        primary="node-2",
+        secondaries=["node-1"],
+        syncing=["node-1"],
+    )
+    queue_services.queue_adopt(
+        client_id=short.id,
+        durable_id="short",
+        conflate="server",
+        node="node-1",
+        source="node-2",
+    )
+    text = DjangoClient().get("/metrics").content.decode()
+    assert 'durablecache_redundancy_short{node="node-1"} 1.0' in text
+    assert 'durablecache_copies_filling{node="node-1"} 1.0' in text

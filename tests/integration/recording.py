@@ -47,6 +47,14 @@ class Recorder(CacheListener):
     def lives(self) -> list[RegionLiveEvent]:
         return [item for kind, item in self.entries() if kind == "live"]
 
+    def first_arrival_of(self, ids: set[str]) -> float | None:
+        """Arrival time of the first event received whose id is in ``ids``."""
+        with self._lock:
+            for (kind, item), at in zip(self.log, self.arrivals, strict=True):
+                if kind == "event" and item.id in ids:
+                    return at
+        return None
+
     def first_event_after(self, moment: float) -> float | None:
         """Arrival time of the first event received after ``moment``."""
         with self._lock:
