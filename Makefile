@@ -48,12 +48,14 @@ test: lint
 clean:
 	rm -rf $(VENV) var
 
-# Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
-# prints a table and writes bench/results.json. See docs/performance.md.
+# Failover: SIGKILL a primary 5 times, with and without the peer probe;
+# writes bench/failover.json. See docs/performance.md.
 .PHONY: bench-failover
 bench-failover: install
 	timeout -s INT -k 30 900 $(PY) -m bench.failover
 
+# Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
+# prints a table and writes bench/results.json. See docs/performance.md.
 .PHONY: bench
 bench: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt

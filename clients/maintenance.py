@@ -18,15 +18,23 @@ log = logging.getLogger(__name__)
 EVENT_RETENTION = timedelta(minutes=10)
 
 
-def tick(node: str) -> None:
-    """1. fan out unread events, 2. disconnect clients of dead nodes,
-    3. fail over and restore redundancy, 4. heal copies being filled here,
-    5. expire clients, 6. report queue sizes and acks, 7. apply the acks
-    primaries reported, 8. drop orphaned queues, 9. prune the event log."""
+def tick(node: str, judge: bool = True) -> None:
+    """1. fan out unread events, 2. publish the fan-out cursor,
+    3. disconnect clients of dead nodes, 4. fail over and restore
+    redundancy, 5. heal copies being filled here, 6. expire clients,
+    7. report queue sizes and acks, 8. apply the acks primaries reported,
+    9. drop orphaned queues, 10. prune the event log.
+
+    ``judge`` is False while this node has not heartbeaten without a break
+    for a node timeout (it just started, or the cluster database just came
+    back): other nodes' heartbeats may be stale for the same reason, so it
+    does not take them for dead (steps 3 and 4) yet.
+    """
     fanout.fanout_node(node)
     report_fanout_cursor(node)
-    services.clients_of_dead_nodes_disconnect()
-    replication.placement_repair()
+    if judge:
+        services.clients_of_dead_nodes_disconnect()
+        replication.placement_repair()
     replication.copies_resume(node)
     services.clients_expire()
     report_queue_sizes(node)

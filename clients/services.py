@@ -176,6 +176,7 @@ def client_hello(
     members = _membership(durable_id)
     draining = members.state(node) == DRAINING
     added: list[str] = []
+    store_lost = False
     with transaction.atomic():
         client = None
         if durable_id is not None:
@@ -189,18 +190,28 @@ def client_hello(
                 raise ClientOwnedError("durable id is owned by another user")
             if _connection_is_live(client, members):
                 raise ClientConnectedError("durable client is already connected")
+            store_lost = (
+                client.is_durable
+                and client.primary == node
+                and queue_selectors.queue_size(client_id=client.id) == NO_QUEUE
+            )
+            if store_lost:
+                # This node's store no longer holds the queue (a new store):
+                # a complete copy elsewhere takes over, if there is one.
+                members.suspects.add(node)
             if client.is_durable and client.primary:
                 before = (client.primary, client.secondaries, client.syncing)
                 fail_over(client, members)
+                members.suspects.discard(node)
                 if (client.primary, client.secondaries, client.syncing) != before:
                     client.save(update_fields=["primary", "secondaries", "syncing"])
             if client.primary and client.primary != node:
                 primary_state = members.state(client.primary)
-                if client.primary != node and primary_state == UP:
+                if primary_state == UP:
                     return HelloResult(
                         client=None, redirect_url=_ws_url(members.rows[client.primary])
                     )
-                if client.primary != node and primary_state == DRAINING:
+                if primary_state == DRAINING:
                     raise NodeDrainingError(
                         f"{client.primary} is handing this queue over; try again"
                     )
@@ -216,8 +227,9 @@ def client_hello(
             gone.delete()
         if client is None:
             client = DurableClient(durable_id=durable_id, owner=user)
-        elif client.primary and client.primary != node:
-            # Every host of the queue is down: say so, start afresh here.
+        elif client.primary and (client.primary != node or store_lost):
+            # Every host of the queue is down (or this primary's store lost
+            # it, with no complete copy elsewhere): say so, start afresh here.
             lost = True
             log.warning("%s: no host of its queue is up; queue lost", client)
             queue_services.queue_drop(client_id=client.id)

@@ -91,8 +91,8 @@ def ack_task(acks: dict[str, int]) -> int:
 
 
 @shared_task(name="clients.tick", ignore_result=True)
-def tick_task(node: str) -> None:
-    maintenance.tick(node)
+def tick_task(node: str, judge: bool = True) -> None:
+    maintenance.tick(node, judge=judge)
 
 
 class Doorbell:
@@ -155,9 +155,13 @@ def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
     _send(drop_queue_task, node, str(client_id))
 
 
-def tick_on(node: str | None = None) -> None:
+def tick_on(node: str | None = None, *, judge: bool = True) -> None:
     node = node or settings.DURABLECACHE_NODE_NAME
     # A tick nobody ran in time is superseded by the next one.
     _send(
-        tick_task, node, node, expires=max(2.0, settings.DURABLECACHE_HEARTBEAT_S * 3)
+        tick_task,
+        node,
+        node,
+        judge,
+        expires=max(2.0, settings.DURABLECACHE_HEARTBEAT_S * 3),
     )

@@ -274,11 +274,26 @@ def cursor_lock(node: str) -> FanoutCursor:
     return cursor
 
 
-def cursor_init(*, node: str, head: int) -> None:
-    """Create this node's fan-out cursor at ``head`` if the store is new.
+def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
+    """Place this node's fan-out cursor at start; return queues dropped.
 
-    A new store hosts no queue yet, so events before ``head`` concern no one
-    here; starting at the head spares a scan of the whole log.
+    A new store gets its cursor at ``head``: it hosts no queue yet, so
+    events before ``head`` concern no one here. A store whose cursor fell
+    behind the oldest event still in the log (``oldest``) missed events
+    that were pruned meanwhile, which the cluster allows only for a node
+    that was down and hosted nothing: its queues are stale copies, so they
+    are dropped and the cursor jumps to ``head`` (a copy placed here later
+    starts from there).
     """
     with transaction.atomic(using=NODE_STORE):
-        FanoutCursor.objects.get_or_create(node=node, defaults={"fanout_through": head})
+        cursor, created = FanoutCursor.objects.select_for_update().get_or_create(
+            node=node, defaults={"fanout_through": head}
+        )
+        if created or oldest is None or cursor.fanout_through >= oldest - 1:
+            return 0
+        dropped = QueueState.objects.count()
+        QueueEntry.objects.all().delete()
+        QueueState.objects.all().delete()
+        cursor.fanout_through = head
+        cursor.save(update_fields=["fanout_through", "updated_at"])
+    return dropped

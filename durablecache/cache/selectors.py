@@ -62,6 +62,11 @@ def event_log_head() -> int:
     return log.last_seq if log else 0
 
 
+def event_log_oldest() -> int | None:
+    """The seq of the oldest event still in the log (None when empty)."""
+    return Event.objects.order_by("seq").values_list("seq", flat=True).first()
+
+
 def events_after(*, seq: int, limit: int) -> list[Event]:
     return list(Event.objects.filter(seq__gt=seq).order_by("seq")[:limit])
 

@@ -11,6 +11,7 @@ from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache import services as cache_services
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
+from queues import services as queue_services
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -95,3 +96,29 @@ def test_prune_is_held_back_by_live_nodes_and_dead_hosts_only(user, region):
     assert list(Event.objects.values_list("seq", flat=True)) == [4, 5, 6]
     DurableClient.objects.filter(durable_id="kept").update(secondaries=[])
     assert maintenance.prune_event_log() == 2
+
+
+def test_a_tick_that_may_not_judge_takes_no_node_for_dead(user):
+    # Right after this node's own database outage every heartbeat looks
+    # stale: such a tick must not disconnect clients or fail queues over.
+    _node("node-1", through=0, alive=True)
+    _node("node-2", through=0, alive=False)
+    client = DurableClient.objects.create(
+        durable_id="on-2",
+        owner=user,
+        timeout=86400,  # node-2's last heartbeat is an hour old
+        is_connected=True,
+        node="node-2",
+        primary="node-2",
+        secondaries=["node-1"],
+        redundancy=1,
+    )
+    queue_services.queue_ensure(
+        client_id=client.id, durable_id="on-2", conflate="server"
+    )
+    maintenance.tick("node-1", judge=False)
+    client.refresh_from_db()
+    assert (client.is_connected, client.primary) == (True, "node-2")
+    maintenance.tick("node-1", judge=True)
+    client.refresh_from_db()
+    assert (client.is_connected, client.primary) == (False, "node-1")

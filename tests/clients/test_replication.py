@@ -709,6 +709,38 @@ def test_client_whose_every_host_is_down_is_told_minus_one_and_rehomed(
     assert queue_selectors.queue_size(client_id=client.pk) == 0
 
 
+def test_primary_whose_store_lost_the_queue_hands_it_to_a_complete_copy(user):
+    # This node is the primary but its store is new (no queue): a complete
+    # secondary takes over instead of the client being told -1.
+    nodes(up=[HERE, "node-2"])
+    client = stored(user, primary=HERE, secondaries=["node-2"], redundancy=1)
+    result = hello(user, redundancy=1)
+    assert result.redirect_url == "ws://node-2.test:8000/ws/v1/subscribe"
+    assert hosts_of(client) == ("node-2", [], [])
+
+
+def test_primary_whose_store_lost_the_queue_without_a_copy_says_minus_one(
+    user, dropped, django_capture_on_commit_callbacks
+):
+    nodes(up=[HERE, "node-2", "node-3"])
+    client = stored(
+        user,
+        primary=HERE,
+        secondaries=["node-2"],
+        syncing=["node-2"],
+        redundancy=1,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        result = hello(user, redundancy=1)
+    assert result.pending_events == -1
+    # The copy being filled from the lost queue is dropped; a new one placed.
+    assert ("node-2", client.pk) in dropped
+    primary, secondaries, syncing = hosts_of(client)
+    assert primary == HERE
+    assert secondaries == syncing
+    assert len(secondaries) == 1
+
+
 def test_hello_on_a_draining_node_is_refused(user):
     nodes(draining=[HERE], up=["node-2"])
     with pytest.raises(NodeDrainingError):

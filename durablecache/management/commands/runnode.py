@@ -91,9 +91,16 @@ class Node:
         """Create and migrate the node store; forget sockets of a past life."""
         nodes.ensure_node_store()
         call_command("migrate", database="node", verbosity=0, interactive=False)
-        queue_services.cursor_init(
-            node=self.name, head=cache_selectors.event_log_head()
+        dropped = queue_services.cursor_init(
+            node=self.name,
+            head=cache_selectors.event_log_head(),
+            oldest=cache_selectors.event_log_oldest(),
         )
+        if dropped:
+            sys.stderr.write(
+                f"{self.name}: down past the event log's retention; dropped "
+                f"{dropped} stale queue copies\n"
+            )
         cache_services.node_register(name=self.name, url=self.url)
         client_services.clients_node_restarted(node=self.name)
 
@@ -125,6 +132,9 @@ class Node:
         interval = min(
             settings.DURABLECACHE_HEARTBEAT_S, settings.DURABLECACHE_EXPIRY_CHECK_S
         )
+        # Heartbeating without a break since: only after a node timeout of
+        # it does this node take others for dead (maintenance.tick).
+        steady_since = time.monotonic()
         while not self.stopping:
             self.restart_worker_if_dead()
             if not self.alive():
@@ -133,8 +143,10 @@ class Node:
                 sys.exit(1)
             try:
                 cache_services.node_heartbeat(name=self.name)
-                tick_on(self.name)
+                steady = time.monotonic() - steady_since
+                tick_on(self.name, judge=steady >= settings.DURABLECACHE_NODE_TIMEOUT_S)
             except Exception as exc:
+                steady_since = time.monotonic()
                 sys.stderr.write(f"{self.name}: heartbeat failed: {exc}\n")
             time.sleep(interval)
         self.shutdown()
