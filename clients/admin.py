@@ -1,66 +1,225 @@
-"""Admin for durable clients and interests; actions call the services."""
+"""Admin for durable clients, interests, lost queues and size reports.
+
+Clients come from ``hello`` or REST and interests from ``register``; the
+admin only reads them, closes clients and removes interests, through
+``clients.services`` like the REST API and the dashboard.
+"""
+
+from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from clients import services
-from clients.models import DurableClient, Interest, LostQueue
+from clients.models import (
+    ClientHistory,
+    ClientSample,
+    DurableClient,
+    Interest,
+    LostQueue,
+    NodeSample,
+    QueueSizeReport,
+)
+from durablecache.cache.admin import ReadOnlyAdmin, ServiceAdmin
+from durablecache.cache.exceptions import ValidationError
+
+INTEREST_FIELDS = ("region", "kind", "selector", "is_durable", "policy", "since_seq")
+REPORT_FIELDS = ("node", "size", "acked_through", "reported_at")
 
 
 class InterestInline(admin.TabularInline):
     model = Interest
     extra = 0
-    fields = ["region", "kind", "selector", "is_durable", "policy", "since_seq"]
-    readonly_fields = [
+    fields = readonly_fields = INTEREST_FIELDS
+    show_change_link = True  # removing one goes through its own page
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class SizeReportInline(admin.TabularInline):
+    model = QueueSizeReport
+    extra = 0
+    fields = readonly_fields = REPORT_FIELDS
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(DurableClient)
+class DurableClientAdmin(ServiceAdmin):
+    list_display = [
+        "durable_id",
+        "owner",
+        "state",
+        "node",
+        "primary",
+        "secondary_hosts",
+        "syncing_hosts",
+        "redundancy",
+        "timeout",
+        "expires_at",
+    ]
+    list_filter = ["is_connected", "primary", "node", "redundancy", "conflate"]
+    list_select_related = ["owner"]
+    search_fields = ["durable_id", "owner__username", "id", "node", "primary"]
+    ordering = ["durable_id"]
+    date_hierarchy = "created_at"
+    inlines = [InterestInline, SizeReportInline]
+    actions = ["close_clients"]
+
+    @admin.display(description="state", ordering="is_connected")
+    def state(self, obj: DurableClient) -> str:
+        return "connected" if obj.is_connected else "disconnected"
+
+    @admin.display(description="secondaries")
+    def secondary_hosts(self, obj: DurableClient) -> str:
+        return ", ".join(obj.secondaries)
+
+    @admin.display(description="syncing")
+    def syncing_hosts(self, obj: DurableClient) -> str:
+        return ", ".join(obj.syncing)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # clients come from hello or REST
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: DurableClient | None = None
+    ) -> bool:
+        return False  # placement and options belong to hello and replication
+
+    def delete_through_service(self, request: HttpRequest, obj: DurableClient) -> None:
+        if obj.durable_id is None:
+            raise ValidationError(
+                "a non-durable client goes when its socket closes; it cannot be closed"
+            )
+        services.client_delete(user=request.user, durable_id=obj.durable_id)
+
+    @admin.action(
+        permissions=["delete"],
+        description="Close selected durable clients (drop their queues everywhere)",
+    )
+    def close_clients(
+        self, request: HttpRequest, queryset: QuerySet[DurableClient]
+    ) -> None:
+        skipped = queryset.filter(durable_id__isnull=True).count()
+        if skipped:
+            self.message_user(
+                request,
+                f"skipped {skipped} non-durable client(s): they go with their socket",
+                messages.WARNING,
+            )
+
+        def close(client: DurableClient) -> None:
+            self.log_deletion_of(request, client)
+            self.delete_through_service(request, client)
+
+        self.call_each(
+            request, queryset.exclude(durable_id__isnull=True), close, done="Closed"
+        )
+
+
+@admin.register(Interest)
+class InterestAdmin(ServiceAdmin):
+    list_display = [
+        "client",
         "region",
         "kind",
         "selector",
         "is_durable",
         "policy",
         "since_seq",
-    ]
-
-
-@admin.register(DurableClient)
-class DurableClientAdmin(admin.ModelAdmin):
-    list_display = [
-        "durable_id",
-        "owner",
-        "is_connected",
-        "node",
-        "primary",
-        "expires_at",
-    ]
-    list_filter = ["is_connected", "primary"]
-    search_fields = ["durable_id", "owner__username"]
-    readonly_fields = [
-        "id",
-        "durable_id",
-        "owner",
-        "is_connected",
-        "node",
-        "channel_name",
-        "primary",
-        "secondaries",
         "created_at",
-        "connected_at",
-        "disconnected_at",
-        "expires_at",
     ]
-    inlines = [InterestInline]
-    actions = ["close_clients"]
+    list_filter = ["kind", "is_durable", "policy", "region"]
+    list_select_related = ["client"]
+    search_fields = ["selector", "region", "client__durable_id"]
+    ordering = ["client__durable_id", "region", "kind", "selector"]
+    date_hierarchy = "created_at"
 
-    @admin.action(permissions=["delete"], description="Close: drop queue everywhere")
-    def close_clients(self, request, queryset):
-        count = 0
-        for client in queryset.exclude(durable_id__isnull=True):
-            services.client_delete(user=request.user, durable_id=client.durable_id)
-            count += 1
-        self.message_user(
-            request, f"closed {count} durable client(s)", messages.SUCCESS
-        )
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # interests come from register (websocket or REST)
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: Interest | None = None
+    ) -> bool:
+        return False
+
+    def delete_through_service(self, request: HttpRequest, obj: Interest) -> None:
+        services.interest_delete(client=obj.client, pk=obj.pk)
 
 
 @admin.register(LostQueue)
 class LostQueueAdmin(admin.ModelAdmin):
-    list_display = ["durable_id", "reason", "lost_at"]
+    """Read-only; deleting a row means its owner's next hello says -2, not -1."""
+
+    list_display = ["durable_id", "owner", "reason", "lost_at"]
+    list_filter = ["reason", "lost_at"]
+    list_select_related = ["owner"]
+    search_fields = ["durable_id", "owner__username"]
+    ordering = ["-lost_at"]
+    date_hierarchy = "lost_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: LostQueue | None = None
+    ) -> bool:
+        return False
+
+
+@admin.register(QueueSizeReport)
+class QueueSizeReportAdmin(ReadOnlyAdmin):
+    list_display = ["client", "node", "size", "acked_through", "reported_at"]
+    list_filter = ["node", "reported_at"]
+    list_select_related = ["client"]
+    search_fields = ["client__durable_id", "node"]
+    ordering = ["client__durable_id", "node"]
+    date_hierarchy = "reported_at"
+
+
+@admin.register(ClientHistory)
+class ClientHistoryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "durable_id", "kind", "node", "detail"]
+    list_filter = ["kind", "node", "at"]
+    search_fields = ["durable_id", "detail"]
+    ordering = ["-at", "-id"]
+    date_hierarchy = "at"
+
+
+@admin.register(NodeSample)
+class NodeSampleAdmin(ReadOnlyAdmin):
+    list_display = [
+        "at",
+        "node",
+        "queued_events",
+        "hosted_queues",
+        "log_head",
+        "delivered_total",
+    ]
+    list_filter = ["node"]
+    ordering = ["-at"]
+    date_hierarchy = "at"
+
+
+@admin.register(ClientSample)
+class ClientSampleAdmin(ReadOnlyAdmin):
+    list_display = ["at", "durable_id", "node", "size"]
+    list_filter = ["node"]
     search_fields = ["durable_id"]
+    ordering = ["-at"]
+    date_hierarchy = "at"

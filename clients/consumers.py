@@ -18,7 +18,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 
-from clients import protocol, replication, selectors, services
+from clients import protocol, replication, selectors, services, stats
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
@@ -356,6 +356,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await db(queue_services.queue_mark_delivered)(
             client_id=self.client.id, through=self.sent_through
         )
+        stats.delivered.add(self.node, len(rows))
 
     async def _stop_delivery(self) -> None:
         if self.delivery is not None:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from clients import fanout, replication, services
+from clients import fanout, history, replication, services, stats
 from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
@@ -23,7 +23,8 @@ def tick(node: str, judge: bool = True) -> None:
     3. disconnect clients of dead nodes, 4. fail over and restore
     redundancy, 5. heal copies being filled here, 6. expire clients,
     7. report queue sizes and acks, 8. apply the acks primaries reported,
-    9. drop orphaned queues, 10. prune the event log.
+    9. drop orphaned queues, 10. prune the event log, 11. sample counters
+    for the dashboard (every few seconds), 12. prune old client history.
 
     ``judge`` is False while this node has not heartbeaten without a break
     for a node timeout (it just started, or the cluster database just came
@@ -41,6 +42,8 @@ def tick(node: str, judge: bool = True) -> None:
     replication.apply_reported_acks(node)
     drop_orphans()
     prune_event_log()
+    stats.sample(node)
+    history.history_prune()
 
 
 def report_fanout_cursor(node: str) -> None:

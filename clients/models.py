@@ -153,3 +153,77 @@ class QueueSizeReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.client_id}@{self.node}: {self.size}"
+
+
+class HistoryKind(models.TextChoices):
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    CLOSED = "closed"
+    DELETED = "deleted"
+    EXPIRED = "expired"
+    FAILOVER = "failover"
+    LOST = "lost"
+
+
+class ClientHistory(models.Model):
+    """What happened to a durable id: connects, disconnects, failovers, end.
+
+    Keyed by ``durable_id`` (not a foreign key) so it outlives the client
+    it tells about; pruned after ``HISTORY_RETENTION`` by the tick.
+    """
+
+    durable_id = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=HistoryKind.choices)
+    node = models.CharField(max_length=128, blank=True, default="")
+    detail = models.CharField(max_length=255, blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "client history"
+        indexes = [
+            models.Index(fields=["durable_id", "at"]),
+            models.Index(fields=["at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.durable_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class NodeSample(models.Model):
+    """One node's counters at one moment, for the dashboard's charts."""
+
+    node = models.CharField(max_length=128)
+    at = models.DateTimeField()
+    queued_events = models.BigIntegerField(default=0)
+    hosted_queues = models.IntegerField(default=0)
+    # Cluster event-log head (events in) and this node's frames sent to
+    # sockets so far (events out); rates are differences between samples.
+    log_head = models.BigIntegerField(default=0)
+    delivered_total = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [models.Index(fields=["node", "at"]), models.Index(fields=["at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node} at {self.at:%H:%M:%S}: {self.queued_events}"
+
+
+class ClientSample(models.Model):
+    """One durable client's queue depth on its primary at one moment."""
+
+    durable_id = models.CharField(max_length=128)
+    node = models.CharField(max_length=128)
+    at = models.DateTimeField()
+    size = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [
+            models.Index(fields=["durable_id", "at"]),
+            models.Index(fields=["at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.durable_id}@{self.node} at {self.at:%H:%M:%S}: {self.size}"

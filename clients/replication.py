@@ -36,6 +36,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from clients import history
 from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache.models import Node
 from queues import selectors as queue_selectors
@@ -209,6 +210,12 @@ def fix_placement(
             added = top_up(client, members, load, at_least=at_least)
         if (client.primary, client.secondaries, client.syncing) != before:
             client.save(update_fields=["primary", "secondaries", "syncing"])
+            if client.primary != before[0]:
+                history.record(
+                    client,
+                    "failover",
+                    detail=f"primary {before[0]} -> {client.primary}",
+                )
             log.info(
                 "%s: hosts %s %s -> %s %s",
                 client,

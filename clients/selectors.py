@@ -2,13 +2,24 @@
 
 import uuid
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from clients import replication
 from clients.matching import Selector, key_matches
-from clients.models import DurableClient, Interest, InterestKind, QueueSizeReport
+from clients.models import (
+    ClientHistory,
+    ClientSample,
+    DurableClient,
+    Interest,
+    InterestKind,
+    LostQueue,
+    NodeSample,
+    QueueSizeReport,
+)
 from durablecache.cache import selectors as cache_selectors
 from durablecache.cache.exceptions import ConflictError
 from queues import selectors as queue_selectors
@@ -156,3 +167,99 @@ def node_overview(
         }
         for node in listed[:limit]
     ]
+
+
+# --- the operators' dashboard ------------------------------------------------
+
+CLIENT_STATES = ("connected", "disconnected", "expired")
+
+
+def dashboard_counts() -> dict[str, int]:
+    """Durable clients by state; ``expired`` = expired in the last hour."""
+    durable = DurableClient.objects.filter(durable_id__isnull=False)
+    connected = durable.filter(is_connected=True).count()
+    hour_ago = timezone.now() - timedelta(hours=1)
+    return {
+        "connected": connected,
+        "disconnected": durable.count() - connected,
+        "expired": LostQueue.objects.filter(
+            reason="expired", lost_at__gte=hour_ago
+        ).count(),
+    }
+
+
+def dashboard_clients(
+    *, user: Any, state: str, search: str, after: str | None, limit: int
+) -> tuple[list[Any], str | None]:
+    """One page of durable clients (or expired ids) by ``durable_id``.
+
+    ``state`` is "" (all live clients), "connected", "disconnected" or
+    "expired" (ids whose queue expired, from LostQueue). ``search`` is a
+    case-insensitive substring of the id. Returns the rows and the id to
+    pass as ``after`` for the next page (None on the last page).
+    """
+    qs: QuerySet[Any, Any]
+    if state == "expired":
+        qs = LostQueue.objects.filter(reason="expired").order_by("durable_id")
+        if not user.is_staff:
+            qs = qs.filter(owner=user)
+    else:
+        qs = client_list(user=user)
+        if state == "connected":
+            qs = qs.filter(is_connected=True)
+        elif state == "disconnected":
+            qs = qs.filter(is_connected=False)
+    if search:
+        qs = qs.filter(durable_id__icontains=search)
+    if after:
+        qs = qs.filter(durable_id__gt=after)
+    rows = list(qs[: limit + 1])
+    following = (
+        getattr(rows[limit - 1], "durable_id", None) if len(rows) > limit else None
+    )
+    return rows[:limit], following
+
+
+def client_history(*, durable_id: str, limit: int = 100) -> list[ClientHistory]:
+    return list(ClientHistory.objects.filter(durable_id=durable_id)[:limit])
+
+
+def node_series(*, minutes: int = 30) -> dict[str, list[dict[str, Any]]]:
+    """Per node: queued events, and events in / out per second, over time."""
+    since = timezone.now() - timedelta(minutes=minutes)
+    series: dict[str, list[dict[str, Any]]] = {}
+    previous: dict[str, NodeSample] = {}
+    for sample in NodeSample.objects.filter(at__gte=since).order_by("at"):
+        before = previous.get(sample.node)
+        point: dict[str, Any] = {
+            "at": sample.at.isoformat(),
+            "queued": sample.queued_events,
+            "in": None,
+            "out": None,
+        }
+        if before is not None:
+            seconds = max(0.001, (sample.at - before.at).total_seconds())
+            point["in"] = round(max(0, sample.log_head - before.log_head) / seconds, 2)
+            delivered = sample.delivered_total - before.delivered_total
+            point["out"] = round(max(0, delivered) / seconds, 2)
+        series.setdefault(sample.node, []).append(point)
+        previous[sample.node] = sample
+    return series
+
+
+def client_series(*, durable_id: str, minutes: int = 30) -> list[dict[str, Any]]:
+    """A client's queue depth on its primary over time."""
+    since = timezone.now() - timedelta(minutes=minutes)
+    return [
+        {"at": at.isoformat(), "size": size, "node": node}
+        for at, size, node in ClientSample.objects.filter(
+            durable_id=durable_id, at__gte=since
+        )
+        .order_by("at")
+        .values_list("at", "size", "node")
+    ]
+
+
+def recent_history(*, limit: int = 20) -> list[ClientHistory]:
+    """The latest history rows of all durable clients, newest first."""
+    return list(ClientHistory.objects.all()[:limit])

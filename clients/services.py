@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from clients import history
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
@@ -205,6 +206,12 @@ def client_hello(
                 members.suspects.discard(node)
                 if (client.primary, client.secondaries, client.syncing) != before:
                     client.save(update_fields=["primary", "secondaries", "syncing"])
+                if client.primary != before[0]:
+                    history.record(
+                        client,
+                        "failover",
+                        detail=f"primary {before[0]} -> {client.primary}",
+                    )
             if client.primary and client.primary != node:
                 primary_state = members.state(client.primary)
                 if primary_state == UP:
@@ -247,6 +254,7 @@ def client_hello(
         if client.is_durable:
             added = top_up(client, members, hosted_load())
         client.save()
+        history.record(client, "connected", detail="queue lost" if lost else "")
     pending = queue_selectors.queue_size(client_id=client.id)
     queue_services.queue_ensure(
         client_id=client.id, durable_id=durable_id, conflate=client.conflate
@@ -292,7 +300,7 @@ def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
     queue_services.queue_reset_delivery(client_id=client_id)
 
 
-def _mark_disconnected(client: DurableClient, at: Any = None) -> None:
+def _mark_disconnected(client: DurableClient, at: Any = None, why: str = "") -> None:
     now = at or timezone.now()
     client.interests.filter(is_durable=False).delete()
     client.is_connected = False
@@ -300,6 +308,7 @@ def _mark_disconnected(client: DurableClient, at: Any = None) -> None:
     client.disconnected_at = now
     client.expires_at = now + timedelta(seconds=client.timeout)
     client.save()
+    history.record(client, "disconnected", detail=why)
 
 
 def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) -> None:
@@ -314,6 +323,7 @@ def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) ->
             .first()
         )
         if client is not None:
+            history.record(client, "closed", detail="close with keepalive false")
             _delete_client(client)
 
 
@@ -348,6 +358,7 @@ def client_delete(*, user: Any, durable_id: str) -> None:
         client = client_get_for(user=user, durable_id=durable_id)
         client = DurableClient.objects.select_for_update().get(pk=client.pk)
         client_id = client.id
+        history.record(client, "deleted", detail=f"closed by {user}")
         _delete_client(client)
         transaction.on_commit(lambda: notify.close_client(client_id, CLOSE_BY_OPERATOR))
 
@@ -466,6 +477,7 @@ def clients_expire() -> int:
                 durable_id=client.durable_id,
                 defaults={"reason": "expired", "owner_id": client.owner_id},
             )
+            history.record(client, "expired", detail=f"away over {client.timeout} s")
             _delete_client(client)
             count += 1
     return count
@@ -513,6 +525,6 @@ def clients_of_dead_nodes_disconnect() -> int:
             if not row.is_durable:
                 _delete_client(row)
             else:
-                _mark_disconnected(row, at=dead[row.node])
+                _mark_disconnected(row, at=dead[row.node], why=f"{row.node} down")
             count += 1
     return count

@@ -10,11 +10,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 django_asgi_app = get_asgi_application()
 
 # Imported after the app registry is ready (channels#2068).
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
 
-from clients.middleware import OriginCheckMiddleware, TokenAuthMiddleware  # noqa: E402
+from clients.middleware import OriginCheckMiddleware  # noqa: E402
 from clients.routing import websocket_urlpatterns  # noqa: E402
 from durablecache.cache.api.urls import ENCODED_SLASH  # noqa: E402
+from durablecache.dashboard_consumer import DashboardConsumer  # noqa: E402
 
 
 class EncodedSlashMiddleware:
@@ -39,11 +42,16 @@ class EncodedSlashMiddleware:
         return await self.app(scope, receive, send)
 
 
+# Subscribers authenticate by token (clients.routing), dashboard pages by
+# their session; both behind the Origin check.
+websocket_routes: list[Any] = [
+    *websocket_urlpatterns,
+    path("ws/v1/dashboard", AuthMiddlewareStack(DashboardConsumer.as_asgi())),  # type: ignore[arg-type]
+]
+
 application = ProtocolTypeRouter(
     {
         "http": EncodedSlashMiddleware(django_asgi_app),
-        "websocket": OriginCheckMiddleware(
-            TokenAuthMiddleware(URLRouter(websocket_urlpatterns))  # type: ignore[arg-type]
-        ),
+        "websocket": OriginCheckMiddleware(URLRouter(websocket_routes)),
     }
 )

@@ -3,6 +3,7 @@
 See docs/configuration.md for each variable.
 """
 
+import warnings
 from pathlib import Path
 
 from durablecache.env import (
@@ -44,6 +45,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the dashboard's JS and CSS, the admin's) from the node
+    # itself, straight from the apps (no collectstatic needed).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "durablecache.middleware.BodySizeLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -106,7 +110,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
-LOGIN_URL = "/admin/login/"
+WHITENOISE_USE_FINDERS = True
+# STATIC_ROOT exists only after collectstatic, which the finders make optional.
+warnings.filterwarnings("ignore", message="No directory at: .*static")
+WHITENOISE_AUTOREFRESH = DEBUG
+LOGIN_URL = "/dashboard/login/"
+LOGIN_REDIRECT_URL = "/dashboard/"
 
 DURABLECACHE_REDIS_URL = env_str("DURABLECACHE_REDIS_URL", "")
 if DURABLECACHE_REDIS_URL:

@@ -4,7 +4,10 @@ Messages here only say "look at your rows"; losing one delays delivery
 until the consumer's next poll (DURABLECACHE_POLL_S), it never loses data.
 """
 
+import contextlib
 import logging
+import queue
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -53,3 +56,46 @@ def close_client(client_id: Any, code: int) -> None:
 def close_node(node: str, code: int) -> None:
     """Ask every consumer on ``node`` to close its socket with ``code``."""
     async_to_sync(aring)(node_group(node), {"type": "node.close", "code": code})
+
+
+DASHBOARD_GROUP = "dashboard"
+
+
+class _Feed:
+    """Send dashboard updates from one daemon thread, dropping when behind.
+
+    Updates are for eyes only (pages also refresh on their own): a caller
+    never waits on Redis, and a burst beyond ``LIMIT`` pending is dropped.
+    """
+
+    LIMIT = 1000
+
+    def __init__(self) -> None:
+        self.pending: queue.Queue[dict[str, Any]] = queue.Queue(self.LIMIT)
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def put(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(queue.Full):
+            self.pending.put_nowait(message)
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="dashboard-feed", daemon=True
+                )
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            message = self.pending.get()
+            async_to_sync(aring)(
+                DASHBOARD_GROUP, {"type": "dashboard.update", "update": message}
+            )
+
+
+_feed = _Feed()
+
+
+def dashboard(update: dict[str, Any]) -> None:
+    """Tell open dashboard pages that something changed (best effort)."""
+    _feed.put(update)

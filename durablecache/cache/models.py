@@ -96,6 +96,9 @@ class Node(models.Model):
     # Highest event seq this node has fanned out into its store; the event
     # log is pruned below the smallest of these (queues.services.gc).
     fanout_through = models.BigIntegerField(default=0)
+    # Event frames this node's sockets have sent, ever (the dashboard's
+    # delivery rate); added to by each Daphne process every few seconds.
+    delivered_total = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from durablecache.cache.exceptions import NoSuchRegionError, NotFoundError
@@ -19,6 +19,13 @@ def region_get(*, name: str) -> Region:
 
 def region_list() -> QuerySet[Region]:
     return Region.objects.order_by("name")
+
+
+def region_overview() -> QuerySet[Region]:
+    """Regions by name, each with ``live_entries`` (keys not destroyed)."""
+    return Region.objects.order_by("name").annotate(
+        live_entries=Count("entries", filter=Q(entries__is_destroyed=False))
+    )
 
 
 def region_names_existing(names: list[str]) -> set[str]:

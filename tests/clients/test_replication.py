@@ -19,7 +19,7 @@ from django.utils import timezone
 from clients import replication, services, tasks
 from clients.exceptions import ClientConnectedError, NodeDrainingError
 from clients.maintenance import report_queue_sizes
-from clients.models import DurableClient, QueueSizeReport
+from clients.models import ClientHistory, DurableClient, QueueSizeReport
 from clients.replication import DOWN, DRAINING, UP, Membership
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
@@ -318,12 +318,13 @@ def test_fix_placement_promotes_tops_up_and_copies_from_the_new_primary(
 ):
     m = nodes(up=[HERE, "node-3"], down=["node-2"])
     client = stored(user, primary="node-2", secondaries=["node-3"], redundancy=1)
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+    with django_capture_on_commit_callbacks(execute=True):
         assert replication.fix_placement(client.pk, m, Counter()) is True
         assert adopted == []  # not before commit
-    assert len(callbacks) == 1
     assert hosts_of(client) == ("node-3", [HERE], [HERE])
     assert adopted == [(HERE, client.pk, "node-3")]
+    (failover,) = ClientHistory.objects.filter(durable_id="d1", kind="failover")
+    assert failover.detail == "primary node-2 -> node-3"
 
 
 def test_fix_placement_without_a_complete_copy_up_keeps_the_row(

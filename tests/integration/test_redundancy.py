@@ -24,6 +24,7 @@ from tests.integration.wsclient import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
+NODES = ["node-1", "node-2", "node-3"]
 BATCH = 100  # keys per putall: k0..k99, each once per batch
 EVENTS = 10_000
 WAIT_S = 90
@@ -183,6 +184,48 @@ async def replay_all(cluster: Cluster, user: str, durable_id: str, node: str):
     raise AssertionError("too many redirects")
 
 
+@contextlib.contextmanager
+def subscribed(
+    cluster: Cluster, user: str, durable_id: str, nodes: list[str]
+) -> Iterator[tuple[DurableClient, Recorder]]:
+    """A library client (redundancy 1) interested in every key of ``r``,
+    ready and past its marker; closed (keepalive false) on exit."""
+    recorder = Recorder()
+    client = DurableClient(
+        [cluster.ws_url(n) for n in nodes],
+        durable_id=durable_id,
+        redundancy=1,
+        timeout=600,
+        token=user,
+    )
+    try:
+        welcome = client.connect()
+        assert welcome.pending_event_count == -2
+        client.region("r", recorder).register_all_keys(durable=True, policy="none")
+        client.ready_for_events()
+        client.wait_for_marker(timeout=30)
+        yield client, recorder
+    finally:
+        client.close(keepalive=False)
+
+
+def wait_received(recorder: Recorder, expected: set[str], timeout: float) -> None:
+    wait_for(
+        lambda: {e.id for e in recorder.events()} >= expected,
+        timeout=timeout,
+        interval=0.2,
+    )
+
+
+def assert_received_once(recorder: Recorder, expected: set[str]) -> None:
+    """The application saw exactly ``expected``, each once, versions in order."""
+    events = recorder.events()
+    ids = [e.id for e in events]
+    assert len(ids) == len(set(ids)), "the application saw an event twice"
+    assert set(ids) == expected
+    assert_versions_increase(events)
+
+
 def assert_exactly(events: list[dict[str, Any]], expected: set[str]) -> None:
     ids = [e["id"] for e in events]
     assert len(ids) == len(set(ids)), "an event was replayed twice"
@@ -199,17 +242,7 @@ def test_primary_killed_while_connected_client_receives_every_event(cluster):
     """SIGKILL of the primary mid-stream: the library reconnects, a secondary
     takes over, every event arrives once, redundancy comes back."""
     operator, user = start_cluster(cluster, 3)
-    urls = [cluster.ws_url(n) for n in ("node-1", "node-2", "node-3")]
-    recorder = Recorder()
-    client = DurableClient(
-        urls, durable_id="live-failover", redundancy=1, timeout=600, token=user
-    )
-    try:
-        welcome = client.connect()
-        assert welcome.pending_event_count == -2
-        client.region("r", recorder).register_all_keys(durable=True, policy="none")
-        client.ready_for_events()
-        client.wait_for_marker(timeout=30)
+    with subscribed(cluster, user, "live-failover", NODES) as (client, recorder):
         view = wait_redundant(cluster, operator, "live-failover", via="node-1")
         primary = view["primary"]
         target = next(n for n in cluster.nodes if n != primary)
@@ -221,11 +254,7 @@ def test_primary_killed_while_connected_client_receives_every_event(cluster):
             killed_at = time.monotonic()
             cluster.kill_node(primary)
         expected = writer.finish()
-        wait_for(
-            lambda: {e.id for e in recorder.events()} >= expected,
-            timeout=WAIT_S,
-            interval=0.2,
-        )
+        wait_received(recorder, expected, WAIT_S)
         # Events came again after the kill (the time is measured by
         # bench/failover.py, never asserted).
         assert recorder.first_event_after(killed_at) is not None
@@ -235,13 +264,7 @@ def test_primary_killed_while_connected_client_receives_every_event(cluster):
             cluster, operator, "live-failover", via=survivor, without=primary
         )
         assert primary not in [after["primary"], *after["secondaries"]]
-    finally:
-        client.close(keepalive=False)
-    events = recorder.events()
-    ids = [e.id for e in events]
-    assert len(ids) == len(set(ids)), "the application saw an event twice"
-    assert set(ids) == expected
-    assert_versions_increase(events)
+    assert_received_once(recorder, expected)
 
 
 def test_primary_killed_while_client_away_keeps_its_backlog(cluster):
@@ -357,20 +380,11 @@ def test_rolling_restart_loses_nothing(cluster):
             await ws.close(keepalive=True)
 
     asyncio.run(offline_r0())
-    urls = [cluster.ws_url(n) for n in ("node-1", "node-2", "node-3")]
-    recorder = Recorder()
-    client = DurableClient(
-        urls, durable_id="rolling", redundancy=1, timeout=600, token=user
-    )
-    try:
-        client.connect()
-        client.region("r", recorder).register_all_keys(durable=True, policy="none")
-        client.ready_for_events()
-        client.wait_for_marker(timeout=30)
+    with subscribed(cluster, user, "rolling", NODES) as (_, recorder):
         writer = Writer(
             cluster, user, "r", "node-3", batches=EVENTS // BATCH, pace=0.15
         ).start()
-        for name in ("node-1", "node-2", "node-3"):
+        for name in NODES:
             via = "node-3" if name != "node-3" else "node-1"
             wait_redundant(cluster, operator, "rolling", via=via)
             with writer.paused():
@@ -378,18 +392,8 @@ def test_rolling_restart_loses_nothing(cluster):
                 assert cluster.stop_node(name) == 0
             cluster.start_node(name)
         expected = writer.finish()
-        wait_for(
-            lambda: {e.id for e in recorder.events()} >= expected,
-            timeout=WAIT_S,
-            interval=0.2,
-        )
-    finally:
-        client.close(keepalive=False)
-    events = recorder.events()
-    ids = [e.id for e in events]
-    assert len(ids) == len(set(ids)), "the application saw an event twice"
-    assert set(ids) == expected
-    assert_versions_increase(events)
+        wait_received(recorder, expected, WAIT_S)
+    assert_received_once(recorder, expected)
     welcome, replayed = asyncio.run(replay_all(cluster, user, "r0-away", "node-1"))
     assert welcome["pending_events"] == EVENTS
     assert_exactly(replayed, expected)
@@ -415,19 +419,10 @@ def test_redis_restarted_empty_mid_stream_loses_nothing_on_any_host(
     cluster = own_redis_cluster
     operator, user = start_cluster(cluster, 2)
     assert cluster.redis is not None
-    recorder = Recorder()
-    client = DurableClient(
-        [cluster.ws_url("node-1"), cluster.ws_url("node-2")],
-        durable_id="through-redis",
-        redundancy=1,
-        timeout=600,
-        token=user,
-    )
-    try:
-        client.connect()
-        client.region("r", recorder).register_all_keys(durable=True, policy="none")
-        client.ready_for_events()
-        client.wait_for_marker(timeout=30)
+    with subscribed(cluster, user, "through-redis", ["node-1", "node-2"]) as (
+        _,
+        recorder,
+    ):
         wait_redundant(cluster, operator, "through-redis", via="node-1")
         writer = Writer(
             cluster, user, "r", "node-2", batches=EVENTS // BATCH, pace=0.02
@@ -435,19 +430,9 @@ def test_redis_restarted_empty_mid_stream_loses_nothing_on_any_host(
         wait_for(lambda: len(recorder.events()) >= EVENTS // 4, timeout=WAIT_S)
         cluster.redis.restart()
         expected = writer.finish(timeout=2 * WAIT_S)
-        wait_for(
-            lambda: {e.id for e in recorder.events()} >= expected,
-            timeout=2 * WAIT_S,
-            interval=0.2,
-        )
+        wait_received(recorder, expected, 2 * WAIT_S)
         drained = wait_redundant(
             cluster, operator, "through-redis", via="node-1", size=0
         )
         assert sorted(drained["queue_sizes"]) == ["node-1", "node-2"]
-    finally:
-        client.close(keepalive=False)
-    events = recorder.events()
-    ids = [e.id for e in events]
-    assert len(ids) == len(set(ids)), "the application saw an event twice"
-    assert set(ids) == expected
-    assert_versions_increase(events)
+    assert_received_once(recorder, expected)

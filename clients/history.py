@@ -1,0 +1,58 @@
+"""A durable client's history (connects, disconnects, failovers, its end),
+recorded by the services and shown, live, on the operators' dashboard."""
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from clients.models import ClientHistory, DurableClient
+from queues import notify
+
+HISTORY_RETENTION = timedelta(days=7)
+
+
+def record(
+    client: DurableClient, kind: str, *, node: str = "", detail: str = ""
+) -> None:
+    """Append one history row for a durable client (inside the caller's
+    transaction) and, after commit, tell open dashboards its new state."""
+    if client.durable_id is None:
+        return
+    ClientHistory.objects.create(
+        durable_id=client.durable_id,
+        kind=kind,
+        node=node or client.node or client.primary,
+        detail=detail[:255],
+    )
+    update = state_of(client, kind)
+    transaction.on_commit(lambda: notify.dashboard(update))
+
+
+def state_of(client: DurableClient, kind: str) -> dict[str, Any]:
+    """The dashboard's view of a client after ``kind`` happened to it."""
+    if kind in ("closed", "deleted", "expired"):
+        state = "expired" if kind == "expired" else "gone"
+    else:
+        state = "connected" if client.is_connected else "disconnected"
+    return {
+        "kind": "client",
+        "event": kind,
+        "durable_id": client.durable_id,
+        "state": state,
+        "node": client.node,
+        "primary": client.primary,
+        "secondaries": list(client.secondaries),
+        "expires_at": (
+            client.expires_at.isoformat()
+            if client.expires_at and not client.is_connected
+            else None
+        ),
+    }
+
+
+def history_prune() -> int:
+    """Delete history older than the retention; return how many rows."""
+    horizon = timezone.now() - HISTORY_RETENTION
+    return ClientHistory.objects.filter(at__lt=horizon).delete()[0]
