@@ -29,7 +29,7 @@ from clients import services as client_services
 from clients.exceptions import UnknownClientError
 from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import services as cache_services
-from durablecache.cache.exceptions import DomainError, NotFoundError
+from durablecache.cache.exceptions import DomainError
 from queues import selectors as queue_selectors
 
 PAGE = 50
@@ -79,7 +79,10 @@ def _confirm(
 @operator_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
-    nodes = client_selectors.node_overview(own_node=_own_node())
+    nodes = [
+        {**n, "dashboard_url": n["url"].rstrip("/") + "/dashboard/"}
+        for n in client_selectors.node_overview(own_node=_own_node())
+    ]
     return render(
         request,
         "dashboard/overview.html",
@@ -167,20 +170,25 @@ def client_detail(request: HttpRequest, durable_id: str) -> HttpResponse:
             status=404,
         )
     after = _int(request.GET.get("after"), 0)
-    peek, peek_next, primary_url = [], None, None
+    peek: list[dict[str, Any]] = []
+    peek_next, primary_url = None, None
     if client.primary in ("", _own_node()):
         rows = queue_selectors.queue_entries_after(
             client_id=client.id, after=after, limit=QUEUE_PAGE + 1
         )
-        peek = [queue_selectors.entry_to_event(r) for r in rows[:QUEUE_PAGE]]
+        peek = [
+            {**event, "value": json.dumps(event["value"], ensure_ascii=False)}
+            for event in map(queue_selectors.entry_to_event, rows[:QUEUE_PAGE])
+        ]
         if len(rows) > QUEUE_PAGE:
             peek_next = f"?after={rows[QUEUE_PAGE - 1].seq}"
     else:
         node = next(
             (n for n in cache_selectors.node_list() if n.name == client.primary), None
         )
-        if node is not None:
-            primary_url = f"{node.url.rstrip('/')}{request.path}"
+        primary_url = (
+            f"{node.url.rstrip('/')}{request.path}" if node is not None else ""
+        )
     return render(
         request,
         "dashboard/client.html",
@@ -304,7 +312,7 @@ def regions(request: HttpRequest) -> HttpResponse:
 def _region_or_404(name: str) -> Any:
     try:
         return cache_selectors.region_get(name=name)
-    except NotFoundError:
+    except DomainError:  # NoSuchRegionError
         return None
 
 

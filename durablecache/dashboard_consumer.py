@@ -29,7 +29,13 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 notify.DASHBOARD_GROUP, self.channel_name
             )
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+    async def receive(
+        self,
+        text_data: str | None = None,
+        bytes_data: bytes | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The page sends nothing that matters: ignore any frame, JSON or not."""
         return None
 
     async def dashboard_update(self, message: dict[str, Any]) -> None:
