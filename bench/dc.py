@@ -40,8 +40,10 @@ class Ws:
             if frame["type"] == "error":
                 raise RuntimeError(f"server error: {frame}")
 
-    async def hello(self, durable_id: str) -> dict[str, Any]:
-        await self.send(type="hello", durable_id=durable_id, timeout=1800)
+    async def hello(self, durable_id: str, redundancy: int = 0) -> dict[str, Any]:
+        await self.send(
+            type="hello", durable_id=durable_id, timeout=1800, redundancy=redundancy
+        )
         return await self.expect("welcome")
 
     async def register(self, region: str, **selector: Any) -> None:
@@ -67,10 +69,12 @@ class Ws:
             await self.ws.close()
 
 
-async def make_offline(url: str, token: str, durable_id: str, region: str) -> None:
+async def make_offline(
+    url: str, token: str, durable_id: str, region: str, redundancy: int = 0
+) -> None:
     """A durable client with durable interest in every key, then away."""
     ws = await Ws(url, token).connect()
-    await ws.hello(durable_id)
+    await ws.hello(durable_id, redundancy)
     await ws.register(region, all_keys=True)
     await ws.close(keepalive=True)
 
@@ -110,6 +114,44 @@ def enqueue_putall(
     fill_putall(rest, region, f"{durable_id}-", count)
     end = wait_pending(rest, durable_id, count, timeout=300)
     return count / (end - start)
+
+
+def queued_on(rest: Rest, durable_id: str, node: str) -> int:
+    """The size of the client's queue in ``node``'s own store (asked of that
+    node, which reads it live; other nodes' figures are reports)."""
+    view = rest.ok("GET", f"/api/v1/clients/{durable_id}/")
+    return int(view["queue_sizes"].get(node, 0))
+
+
+def enqueue_putall_redundant(
+    ws_url: str,
+    rests: dict[str, Rest],
+    token: str,
+    region: str,
+    durable_id: str,
+    count: int,
+) -> float:
+    """Events/s into an offline queue with redundancy 1: from the first
+    putall until both copies hold all ``count`` events."""
+    asyncio.run(make_offline(ws_url, token, durable_id, region, redundancy=1))
+    first = next(iter(rests.values()))
+
+    def placed() -> bool:
+        view = first.ok("GET", f"/api/v1/clients/{durable_id}/")
+        return len(view["secondaries"]) == 1 and not view["syncing"]
+
+    wait_until(placed, timeout=60)
+    start = time.monotonic()
+    fill_putall(first, region, f"{durable_id}-", count)
+    end = max(
+        wait_until(
+            lambda n=node, r=rest: queued_on(r, durable_id, n) >= count, timeout=300
+        )
+        for node, rest in rests.items()
+    )
+    rate = count / (end - start)
+    asyncio.run(discard(ws_url, token, durable_id))
+    return rate
 
 
 def enqueue_puts(

@@ -33,6 +33,7 @@ REGION = "bench"
 TARGETS = {
     "replay": ("durablecache/mosquitto", ">=", 1.5),
     "enqueue_putall": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
+    "enqueue_putall_r1": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_put_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_4w": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "fanout_p99": ("durablecache p99/mosquitto p99", "<=", 3.0),
@@ -101,9 +102,12 @@ class Bench:
     def start(self) -> None:
         self.cluster.migrate()
         base = self.cluster.start_node("node-1")
+        # A second node for the redundancy-1 enqueue (2-node cluster).
+        second = self.cluster.start_node("node-2")
         self.ws_url = self.cluster.ws_url("node-1")
         self.token = self.cluster.token("bench", operator=True)
         self.rest = Rest(base, self.token)
+        self.rests = {"node-1": self.rest, "node-2": Rest(second, self.token)}
         self.rest.ok(
             "POST", "/api/v1/regions/", {"name": REGION, "conflate_events": False}
         )
@@ -148,6 +152,19 @@ class Bench:
             asyncio.run(dc.replay(self.ws_url, self.token, f"{tag}-replay", a.replay)),
         )
         self.record("replay", "mosquitto", mqtt.replay(port, f"{tag}-replay", a.replay))
+        # 2a'. The same putall enqueue into a queue with a copy on node-2.
+        self.record(
+            "enqueue_putall_r1",
+            "durablecache",
+            dc.enqueue_putall_redundant(
+                self.ws_url, self.rests, self.token, REGION, f"{tag}-r1", a.replay
+            ),
+        )
+        self.record(
+            "enqueue_putall_r1",
+            "mosquitto",
+            mqtt.enqueue_pipelined(port, f"{tag}-r1", a.replay),
+        )
         # 2b. Single puts, one writer and four.
         for name, writers in (("enqueue_put_seq", 1), ("enqueue_put_4w", 4)):
             did = f"{tag}-{name}"
@@ -256,6 +273,7 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
     labels = {
         "replay": f"replay {args.replay} ev/s",
         "enqueue_putall": f"enqueue putall {args.replay} ev/s",
+        "enqueue_putall_r1": f"enqueue putall R1 {args.replay} ev/s",
         "enqueue_put_seq": f"enqueue {args.puts} PUTs, 1 writer ev/s",
         "enqueue_put_4w": f"enqueue {args.puts} PUTs, 4 writers ev/s",
         "memory": f"memory/idle client, {args.idle} clients (KiB)",
