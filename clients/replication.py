@@ -19,6 +19,7 @@ until the redundancy is met. Rows are locked per client, so any number of
 nodes may run it at once. docs/operations.md#redundancy-and-failover.
 """
 
+import contextlib
 import logging
 import socket
 import threading
@@ -482,7 +483,8 @@ class AckRelay:
             except Exception as exc:  # the size reports heal it
                 log.warning("ack relay failed: %s", exc)
             finally:
-                close_old_connections()
+                with contextlib.suppress(Exception):
+                    close_old_connections()
 
     @staticmethod
     def flush(acks: dict[uuid.UUID, int]) -> None:

@@ -7,6 +7,7 @@ and the depth of every queue it is primary of. Samples older than
 ``SAMPLE_RETENTION`` are pruned. Rates are differences between samples.
 """
 
+import contextlib
 import threading
 import time
 from datetime import timedelta
@@ -58,7 +59,8 @@ class DeliveryCounter:
                 with self.lock:
                     self.count += count
             finally:
-                close_old_connections()
+                with contextlib.suppress(Exception):
+                    close_old_connections()
 
 
 delivered = DeliveryCounter()

@@ -11,13 +11,18 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema_field,
+)
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from durablecache.cache.exceptions import DomainError, ValidationError
+from durablecache.cache.validation import NAME_RE
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +136,7 @@ def decode_cursor(token: str) -> str:
 
 def page_params(request: Request) -> Page:
     """Read ``?cursor=&limit=``; a bad value is a 400."""
-    raw_limit = request.query_params.get("limit") or str(DEFAULT_LIMIT)
+    raw_limit = request.query_params.get("limit", str(DEFAULT_LIMIT))
     if not _is_number(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIMIT:
         raise ValidationError(
             f"limit must be an integer from 1 to {MAX_LIMIT}", code="bad_request"
@@ -172,31 +177,124 @@ def paged_response(
 def paged_serializer(name: str, item: Any) -> type[serializers.Serializer[Any]]:
     """Return the schema serializer of a page of ``item`` (for drf-spectacular)."""
     fields = {
-        "results": serializers.ListField(child=item),
-        "next": serializers.URLField(allow_null=True),
+        "results": serializers.ListField(child=item, read_only=True),
+        "next": serializers.URLField(
+            allow_null=True,
+            read_only=True,
+            help_text="the URL of the next page; null on the last one",
+        ),
     }
     return type(name, (serializers.Serializer,), fields)
 
 
 class ErrorDetailSerializer(serializers.Serializer[Any]):
-    code = serializers.CharField()
-    message = serializers.CharField()
+    code = serializers.CharField(
+        read_only=True, help_text="machine-readable, e.g. `no_such_region`"
+    )
+    message = serializers.CharField(read_only=True, help_text="for humans")
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
     """The body of every 4xx and 5xx under /api/."""
 
-    error = ErrorDetailSerializer()
+    error = ErrorDetailSerializer(read_only=True)
 
+
+# --- Schema helpers (drf-spectacular) ---
+
+NAME_PATTERN = f"^{NAME_RE.pattern}$"  # what validate_name() accepts
 
 PAGE_PARAMETERS = [
-    OpenApiParameter("cursor", str, description="opaque token from `next`"),
     OpenApiParameter(
-        "limit", int, description=f"page size, 1-{MAX_LIMIT} (default {DEFAULT_LIMIT})"
+        "cursor",
+        {"type": "string"},
+        description="opaque token: copy it from `next`",
+    ),
+    OpenApiParameter(
+        "limit",
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "default": DEFAULT_LIMIT,
+        },
+        description=f"page size, 1-{MAX_LIMIT}",
     ),
 ]
 
 
-def error_responses(*codes: int) -> dict[int, Any]:
-    """Schema responses for the given error statuses (401 is always added)."""
-    return dict.fromkeys(sorted({401, *codes}), ErrorSerializer)
+@extend_schema_field({"type": "string", "pattern": NAME_PATTERN})
+class NameField(serializers.CharField):
+    """A region name or durable id in a request body.
+
+    Checked by the services, not here: the schema shows the rule, the field
+    only wants a JSON string (DRF's CharField would turn 0 into "0"). A
+    blank one goes through too, so it is refused like any other invalid name.
+    """
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data == "":
+            return ""
+        return super().run_validation(data)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON ``true`` or ``false`` only (DRF's own also takes 0, "yes", "on")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+def name_parameter(name: str, description: str) -> OpenApiParameter:
+    """A path parameter holding a region name or a durable id (a value that
+    cannot be one is answered like an unknown one: 404)."""
+    return OpenApiParameter(
+        name,
+        {"type": "string", "pattern": NAME_PATTERN},
+        OpenApiParameter.PATH,
+        description=f"{description}: 1-128 characters `[A-Za-z0-9._:-]`",
+    )
+
+
+_ERRORS = {
+    400: "Bad input, nothing changed: `bad_json` (unparsable body), "
+    "`bad_request` (missing or mistyped field, bad paging), `bad_field` "
+    "(invalid name, key or value), `bad_regex`, `bad_query`.",
+    401: "`unauthorized`: no token, an invalid one, or an inactive user.",
+    403: "`forbidden`: not an operator, or a session (cookie) request "
+    "without its CSRF token.",
+    404: "`not_found`, or `no_such_region` for a region that does not exist.",
+    406: "`not_acceptable`: the Accept header asks for neither JSON nor HTML.",
+    409: "`region_exists`, or `conflict`.",
+    413: "`too_large`: the body is over DURABLECACHE_MAX_BODY_BYTES.",
+    415: "`unsupported_media_type`: a body not sent as application/json.",
+    503: "`unavailable`: the cluster database or this node's store is "
+    "unreachable or failing; a write may or may not have happened.",
+}
+
+
+def error_responses(
+    *codes: int, write: bool = False, body: bool = False
+) -> dict[int, OpenApiResponse]:
+    """Schema responses for the error statuses an operation can answer.
+
+    Every operation may answer 401, 406 and 503; a ``write`` (an unsafe
+    method) also 403 (CSRF, under session authentication); one that reads a
+    JSON ``body`` also 400, 413 and 415.
+    """
+    statuses = {401, 406, 503, *codes}
+    if write:
+        statuses.add(403)
+    if body:
+        statuses |= {400, 413, 415}
+    return {
+        status_code: OpenApiResponse(ErrorSerializer, description=_ERRORS[status_code])
+        for status_code in sorted(statuses)
+    }

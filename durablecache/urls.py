@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView
 
 from durablecache import views
@@ -14,6 +15,8 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/", include("durablecache.cache.api.urls")),
     path("api/v1/", include("clients.api.urls")),
-    # Every 4xx under /api/ carries the JSON error body, unknown paths too.
-    re_path(r"^api/", views.api_not_found),
+    # Every 4xx under /api/ carries the JSON error body, unknown paths too:
+    # CSRF-exempt, or a DELETE/POST to an unknown path would get Django's
+    # HTML 403 page instead of the JSON 404 (nothing is changed there).
+    re_path(r"^api/", csrf_exempt(views.api_not_found)),
 ]

@@ -3,15 +3,24 @@
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from clients import selectors
 from clients.exceptions import BadRegexError
-from clients.matching import parse_bool, parse_policy, parse_selector
-from clients.models import DurableClient, Interest, InterestKind
-from durablecache.api import paged_serializer
+from clients.matching import (
+    MAX_KEYS,
+    MAX_PATTERN,
+    parse_bool,
+    parse_policy,
+    parse_selector,
+)
+from clients.models import DurableClient, Interest, InterestKind, Policy
+from durablecache.api import NameField, paged_serializer
 from durablecache.cache import selectors as cache_selectors
+from durablecache.cache.models import Op
+from durablecache.cache.validation import MAX_KEY_LEN
 
 NO_QUEUE = -2
 
@@ -22,10 +31,23 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
     ``pending_events`` is the size of the primary's queue (-2 without one).
     """
 
-    owner = serializers.CharField(source="owner.username")
+    durable_id = serializers.CharField(read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
     state = serializers.SerializerMethodField()
+    secondaries = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="secondary nodes"
+    )
+    syncing = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="the secondaries whose copy is still being filled (only a "
+        "complete copy can take over)",
+    )
     queue_sizes = serializers.SerializerMethodField()
     pending_events = serializers.SerializerMethodField()
+    expires_at = serializers.DateTimeField(
+        allow_null=True, read_only=True, help_text="null while connected"
+    )
 
     class Meta:
         model = DurableClient
@@ -43,7 +65,9 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
             "redundancy",
             "expires_at",
         ]
+        read_only_fields = fields
 
+    @extend_schema_field(serializers.ChoiceField(choices=["connected", "disconnected"]))
     def get_state(self, obj: DurableClient) -> str:
         return "connected" if obj.is_connected else "disconnected"
 
@@ -69,12 +93,14 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
 
 
 class InterestSerializer(serializers.ModelSerializer[Interest]):
-    """One interest row, its selector rendered as in the websocket frame."""
+    """One interest row, its selector rendered as in the websocket frame:
+    exactly one of ``keys`` (one key per row), ``regex``, ``all_keys``."""
 
+    # Not read-only: the schema would mark them required; one is present.
     keys = serializers.ListField(child=serializers.CharField(), required=False)
     regex = serializers.CharField(required=False)
     all_keys = serializers.BooleanField(required=False)
-    durable = serializers.BooleanField(source="is_durable")
+    durable = serializers.BooleanField(source="is_durable", read_only=True)
 
     class Meta:
         model = Interest
@@ -88,6 +114,7 @@ class InterestSerializer(serializers.ModelSerializer[Interest]):
             "durable",
             "policy",
         ]
+        read_only_fields = fields
 
     def to_representation(self, instance: Interest) -> dict[str, Any]:
         selectors: dict[str, dict[str, Any]] = {
@@ -106,25 +133,61 @@ class InterestSerializer(serializers.ModelSerializer[Interest]):
         }
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LEN},
+        "minItems": 1,
+        "maxItems": MAX_KEYS,
+    }
+)
+class _KeysField(serializers.ListField):
+    pass
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_PATTERN})
+class _RegexField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "boolean", "enum": [True]})
+class _AllKeysField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "boolean", "default": False})
+class _DurableField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    {"type": "string", "enum": list(Policy.values), "default": Policy.KEYS_VALUES}
+)
+class _PolicyField(serializers.JSONField):
+    pass
+
+
 class InterestCreateSerializer(serializers.Serializer[Any]):
     """The frame's selector fields: region, one of keys/regex/all_keys, ..."""
 
-    region = serializers.CharField(trim_whitespace=False)
+    region = NameField(trim_whitespace=False)
     # Loosely typed on purpose: the values are checked by the same parsers
-    # as the register_interest frame (no coercion of "true" or 5 here).
-    keys = serializers.ListField(
-        child=serializers.JSONField(), required=False, allow_null=True
-    )
-    regex = serializers.JSONField(required=False, allow_null=True)
-    all_keys = serializers.JSONField(required=False, allow_null=True)
-    durable = serializers.JSONField(required=False, allow_null=True)
-    policy = serializers.JSONField(required=False, allow_null=True)
+    # as the register_interest frame (no coercion of "true" or 5 here); the
+    # schema shows what those parsers accept.
+    keys = _KeysField(child=serializers.JSONField(), required=False, allow_null=True)
+    regex = _RegexField(required=False, allow_null=True)
+    all_keys = _AllKeysField(required=False, allow_null=True)
+    durable = _DurableField(required=False, allow_null=True)
+    policy = _PolicyField(required=False, allow_null=True)
 
     def validate_regex(self, value: Any) -> Any:
         # compile_regex is lru_cached: an unhashable pattern would raise
         # TypeError there (a 500) instead of bad_regex.
         if value is not None and not isinstance(value, str):
             raise BadRegexError("regex must be a string")
+        # No key holds U+0000, and PostgreSQL cannot store it (a 503).
+        if isinstance(value, str) and "\x00" in value:
+            raise BadRegexError("regex must not contain U+0000")
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -140,30 +203,77 @@ class InterestCreateSerializer(serializers.Serializer[Any]):
         }
 
 
+def _one_selector(**selectors: dict[str, Any]) -> list[dict[str, Any]]:
+    """JSON Schema ``oneOf`` branches: exactly one selector present, not null."""
+    return [
+        {"required": [name], "properties": {name: schema}}
+        for name, schema in selectors.items()
+    ]
+
+
+class InterestSchema(OpenApiSerializerExtension):
+    """An interest row holds exactly one of ``keys`` (a single key),
+    ``regex``, ``all_keys``."""
+
+    target_class = InterestSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = super().map_serializer(auto_schema, direction)
+        schema["properties"]["keys"].update(minItems=1, maxItems=1)
+        schema["oneOf"] = _one_selector(
+            keys={"type": "array"},
+            regex={"type": "string"},
+            all_keys={"type": "boolean", "enum": [True]},
+        )
+        return dict(schema)
+
+
+class InterestCreateSchema(OpenApiSerializerExtension):
+    """Exactly one of ``keys``, ``regex``, ``all_keys`` is given (null counts
+    as absent), as in the ``register_interest`` frame."""
+
+    target_class = InterestCreateSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = super().map_serializer(auto_schema, direction)
+        schema["oneOf"] = _one_selector(
+            keys={"type": "array"},
+            regex={"type": "string"},
+            all_keys={"type": "boolean"},
+        )
+        return dict(schema)
+
+
 class EventSerializer(serializers.Serializer[Any]):
     """A queued event as the websocket sends it (without the session fields)."""
 
-    id = serializers.CharField()
-    seq = serializers.IntegerField()
-    region = serializers.CharField()
-    key = serializers.CharField(allow_null=True)
-    op = serializers.CharField()
-    value = serializers.JSONField(allow_null=True)
-    version = serializers.IntegerField(allow_null=True)
-    ts = serializers.CharField()
+    id = serializers.CharField(
+        read_only=True, help_text="the event's cluster-wide id (32 hex characters)"
+    )
+    seq = serializers.IntegerField(read_only=True)
+    region = serializers.CharField(read_only=True)
+    key = serializers.CharField(
+        allow_null=True, read_only=True, help_text="null for region operations"
+    )
+    op = serializers.ChoiceField(choices=Op.choices, read_only=True)
+    value = serializers.JSONField(allow_null=True, read_only=True)
+    version = serializers.IntegerField(allow_null=True, read_only=True)
+    ts = serializers.DateTimeField(read_only=True, help_text="UTC, ending in Z")
 
 
 class NodeSerializer(serializers.Serializer[Any]):
-    name = serializers.CharField()
-    url = serializers.CharField()
-    status = serializers.ChoiceField(choices=["up", "down"])
-    last_heartbeat = serializers.DateTimeField()
-    primary_queues = serializers.IntegerField()
-    secondary_queues = serializers.IntegerField()
-    queued_events = serializers.IntegerField()
+    name = serializers.CharField(read_only=True)
+    url = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(choices=["up", "down"], read_only=True)
+    last_heartbeat = serializers.DateTimeField(read_only=True)
+    primary_queues = serializers.IntegerField(read_only=True)
+    secondary_queues = serializers.IntegerField(read_only=True)
+    queued_events = serializers.IntegerField(read_only=True)
 
 
 class CqSerializer(serializers.Serializer[Any]):
+    """A continuous query (DESIGN §4; not implemented yet)."""
+
     name = serializers.CharField()
     region = serializers.CharField()
     query = serializers.CharField()

@@ -7,7 +7,7 @@ A plain user sees only the clients it owns; another owner's client is a
 """
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,20 +25,35 @@ from clients.api.serializers import (
     NodePageSerializer,
     NodeSerializer,
 )
+from clients.exceptions import UnknownClientError
 from clients.models import DurableClient
 from durablecache.api import (
     PAGE_PARAMETERS,
     error_responses,
     keyset,
+    name_parameter,
     page_params,
     paged_response,
 )
 from durablecache.cache.exceptions import NotFoundError, ValidationError
+from durablecache.cache.validation import NAME_RE
 from queues.selectors import entry_to_event
+
+DURABLE_ID_PARAMETER = name_parameter("durable_id", "the client's durable id")
+
+
+def _checked_id(durable_id: str) -> str:
+    """Refuse an id no client can have before it reaches a query (PostgreSQL
+    cannot even compare a string holding U+0000): a 404, like any unknown id."""
+    if not NAME_RE.fullmatch(durable_id):
+        raise UnknownClientError(f"no durable client {durable_id!r}")
+    return durable_id
 
 
 def _client(request: Request, durable_id: str) -> DurableClient:
-    return services.client_get_for(user=request.user, durable_id=durable_id)
+    return services.client_get_for(
+        user=request.user, durable_id=_checked_id(durable_id)
+    )
 
 
 def _own_node() -> str:
@@ -50,6 +65,7 @@ class ClientListView(APIView):
         parameters=PAGE_PARAMETERS,
         operation_id="clients_list",
         responses={200: DurableClientPageSerializer, **error_responses(400)},
+        description="Durable clients by durable id (a plain user sees its own).",
     )
     def get(self, request: Request) -> Response:
         page = page_params(request)
@@ -63,21 +79,23 @@ class ClientListView(APIView):
         )
 
 
+@extend_schema(parameters=[DURABLE_ID_PARAMETER])
 class ClientDetailView(APIView):
     @extend_schema(responses={200: DurableClientSerializer, **error_responses(404)})
     def get(self, request: Request, durable_id: str) -> Response:
         return Response(DurableClientSerializer(_client(request, durable_id)).data)
 
     @extend_schema(
-        responses={204: None, **error_responses(404)},
+        responses={204: None, **error_responses(404, write=True)},
         description="Close the durable client for good: its queue goes on every "
-        "host and its socket is closed with 4410.",
+        "host and its socket is closed with 4410. Again: 404.",
     )
     def delete(self, request: Request, durable_id: str) -> Response:
-        services.client_delete(user=request.user, durable_id=durable_id)
+        services.client_delete(user=request.user, durable_id=_checked_id(durable_id))
         return Response(status=204)
 
 
+@extend_schema(parameters=[DURABLE_ID_PARAMETER])
 class InterestListView(APIView):
     @extend_schema(
         parameters=PAGE_PARAMETERS,
@@ -98,10 +116,17 @@ class InterestListView(APIView):
 
     @extend_schema(
         request=InterestCreateSerializer,
-        responses={201: InterestPageSerializer, **error_responses(400, 404)},
-        description="Register interest; an unknown durable id is created, owned "
-        "by the caller and disconnected, its timeout running. Answers the "
-        "interest rows (one per key) as a page with `next` null.",
+        responses={
+            201: InterestPageSerializer,
+            **error_responses(404, write=True, body=True),
+        },
+        description="Register interest, validated like the `register_interest` "
+        "frame: exactly one of `keys`, `regex`, `all_keys` (400 otherwise); no "
+        "image is sent. An unknown durable id (1-128 characters "
+        "`[A-Za-z0-9._:-]`, else 400) is created, owned by the caller and "
+        "disconnected, its timeout running; another owner's is a 404, as is an "
+        "unknown region (`no_such_region`). Answers the interest rows (one per "
+        "key) as a page with `next` null.",
     )
     def post(self, request: Request, durable_id: str) -> Response:
         serializer = InterestCreateSerializer(data=request.data)
@@ -114,20 +139,35 @@ class InterestListView(APIView):
         return Response(body, status=201)
 
 
+@extend_schema(
+    parameters=[
+        DURABLE_ID_PARAMETER,
+        OpenApiParameter(
+            "id",
+            {"type": "integer", "minimum": 0},
+            OpenApiParameter.PATH,
+            description="the interest's `id`",
+        ),
+    ]
+)
 class InterestDetailView(APIView):
-    @extend_schema(responses={204: None, **error_responses(404)})
+    @extend_schema(
+        responses={204: None, **error_responses(404, write=True)},
+        description="Remove one interest row; queued events stay.",
+    )
     def delete(self, request: Request, durable_id: str, pk: int) -> Response:
         services.interest_delete(client=_client(request, durable_id), pk=pk)
         return Response(status=204)
 
 
+@extend_schema(parameters=[DURABLE_ID_PARAMETER])
 class QueueView(APIView):
     @extend_schema(
         parameters=PAGE_PARAMETERS,
         operation_id="clients_queue_list",
         responses={200: EventPageSerializer, **error_responses(400, 404, 409)},
         description="Peek at the pending events, in seq order. Answered by the "
-        "client's primary node only; elsewhere 409 names the primary.",
+        "client's primary node only; elsewhere 409 `conflict` names the primary.",
     )
     def get(self, request: Request, durable_id: str) -> Response:
         page = page_params(request)
@@ -146,26 +186,44 @@ class QueueView(APIView):
         )
 
 
+@extend_schema(parameters=[DURABLE_ID_PARAMETER])
 class CqListView(APIView):
     """Continuous queries are part of the contract but not implemented yet."""
 
     @extend_schema(
         operation_id="clients_cqs_list",
         responses={200: CqPageSerializer, **error_responses(404)},
+        description="Not implemented yet: always an empty page.",
     )
     def get(self, request: Request, durable_id: str) -> Response:
         _client(request, durable_id)
         return Response({"results": [], "next": None})
 
-    @extend_schema(request=CqSerializer, responses=error_responses(400))
+    @extend_schema(
+        request=CqSerializer,
+        # The body is not read (no 415), but the size limit still holds (413).
+        responses=error_responses(400, 413, write=True),
+        description="Not implemented yet: always 400 `bad_query`.",
+    )
     def post(self, request: Request, durable_id: str) -> Response:
         raise ValidationError(
             "continuous queries are not supported yet", code="bad_query"
         )
 
 
+@extend_schema(
+    parameters=[
+        DURABLE_ID_PARAMETER,
+        OpenApiParameter(
+            "name", str, OpenApiParameter.PATH, description="the query's name"
+        ),
+    ]
+)
 class CqDetailView(APIView):
-    @extend_schema(responses={204: None, **error_responses(404)})
+    @extend_schema(
+        responses=error_responses(404, write=True),
+        description="Not implemented yet: always 404 (no query exists).",
+    )
     def delete(self, request: Request, durable_id: str, name: str) -> Response:
         _client(request, durable_id)
         raise NotFoundError(f"no continuous query {name!r}")
@@ -176,6 +234,8 @@ class NodeListView(APIView):
         parameters=PAGE_PARAMETERS,
         operation_id="nodes_list",
         responses={200: NodePageSerializer, **error_responses(400)},
+        description="Nodes by name; `status` is `up` while the heartbeat is "
+        "younger than DURABLECACHE_NODE_TIMEOUT_S and the node is not stopping.",
     )
     def get(self, request: Request) -> Response:
         page = page_params(request)

@@ -17,6 +17,7 @@ from durablecache.api import (
     PAGE_PARAMETERS,
     error_responses,
     keyset,
+    name_parameter,
     page_params,
     paged_response,
 )
@@ -34,13 +35,17 @@ from durablecache.cache.api.serializers import (
     RegionPageSerializer,
     RegionSerializer,
 )
-from durablecache.cache.validation import validate_key
+from durablecache.cache.exceptions import NoSuchRegionError
+from durablecache.cache.validation import MAX_KEY_LEN, NAME_RE, validate_key
 
+REGION_PARAMETER = name_parameter("region", "the region's name")
 KEY_PARAMETER = OpenApiParameter(
     "key",
-    str,
+    {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LEN},
     OpenApiParameter.PATH,
-    description='the entry key, percent-encoded; "%2F" is a "/" inside the key',
+    description="the entry key as one percent-encoded path segment: a `/` "
+    "inside the key is sent as `%2F` (also encode `%`, `?`, `#`, spaces); no "
+    "control characters (400)",
 )
 
 
@@ -60,6 +65,22 @@ class IsOperatorOrReadOnly(IsOperator):
         return super().has_permission(request, view)
 
 
+@extend_schema(parameters=[REGION_PARAMETER])
+class RegionScopedView(APIView):
+    """A view under ``regions/{region}/``.
+
+    A name no region can have is a 404 before any query (PostgreSQL cannot
+    even compare a string holding U+0000); checked after authentication and
+    permissions, so those still answer first.
+    """
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        name = kwargs["region"]
+        if not NAME_RE.fullmatch(name):
+            raise NoSuchRegionError(f"region {name!r} does not exist")
+
+
 class RegionListView(APIView):
     permission_classes = [IsOperatorOrReadOnly]
 
@@ -67,6 +88,7 @@ class RegionListView(APIView):
         parameters=PAGE_PARAMETERS,
         operation_id="regions_list",
         responses={200: RegionPageSerializer, **error_responses(400)},
+        description="Regions by name, a page at a time.",
     )
     def get(self, request: Request) -> Response:
         page = page_params(request)
@@ -81,7 +103,12 @@ class RegionListView(APIView):
 
     @extend_schema(
         request=RegionCreateSerializer,
-        responses={201: RegionSerializer, **error_responses(400, 403, 409)},
+        responses={
+            201: RegionSerializer,
+            **error_responses(403, 409, write=True, body=True),
+        },
+        description="Create a region (operators only): the only way a region "
+        "comes to exist. 409 `region_exists` when it already does.",
     )
     def post(self, request: Request) -> Response:
         data = _valid(RegionCreateSerializer, request)
@@ -89,39 +116,50 @@ class RegionListView(APIView):
         return Response(RegionSerializer(region).data, status=201)
 
 
-class RegionDetailView(APIView):
+class RegionDetailView(RegionScopedView):
     permission_classes = [IsOperatorOrReadOnly]
 
     @extend_schema(responses={200: RegionSerializer, **error_responses(404)})
     def get(self, request: Request, region: str) -> Response:
         return Response(RegionSerializer(selectors.region_get(name=region)).data)
 
-    @extend_schema(responses={200: RegionEventSerializer, **error_responses(403, 404)})
+    @extend_schema(
+        responses={200: RegionEventSerializer, **error_responses(404, write=True)},
+        description="Destroy a region and its entries (operators only): one "
+        "`region_destroy` event. Interests in it stay.",
+    )
     def delete(self, request: Request, region: str) -> Response:
         event = services.region_destroy(name=region)
         return Response(RegionEventSerializer(event).data)
 
 
-class RegionClearView(APIView):
+class RegionClearView(RegionScopedView):
     permission_classes = [IsOperator]
 
     @extend_schema(
         request=None,
-        responses={200: RegionEventSerializer, **error_responses(403, 404)},
+        responses={200: RegionEventSerializer, **error_responses(404, write=True)},
+        description="Remove every entry of a region (operators only): one "
+        "`region_clear` event.",
     )
     def post(self, request: Request, region: str) -> Response:
         event = services.region_clear(name=region)
         return Response(RegionEventSerializer(event).data)
 
 
-class EntryListView(APIView):
+class EntryListView(RegionScopedView):
     @extend_schema(
         parameters=[
             *PAGE_PARAMETERS,
-            OpenApiParameter("prefix", str, description="only keys with this prefix"),
+            OpenApiParameter(
+                "prefix",
+                {"type": "string", "maxLength": MAX_KEY_LEN},
+                description="only keys starting with this (no control characters)",
+            ),
         ],
         operation_id="regions_entries_list",
         responses={200: EntryPageSerializer, **error_responses(400, 404)},
+        description="The live entries of a region in key order, a page at a time.",
     )
     def get(self, request: Request, region: str) -> Response:
         page = page_params(request)
@@ -142,43 +180,59 @@ class EntryListView(APIView):
 
 
 @extend_schema(parameters=[KEY_PARAMETER])
-class EntryDetailView(APIView):
-    @extend_schema(responses={200: EntrySerializer, **error_responses(400, 404)})
+class EntryDetailView(RegionScopedView):
+    @extend_schema(
+        responses={200: EntrySerializer, **error_responses(400, 404)},
+        description="One entry; 404 `not_found` when absent or destroyed.",
+    )
     def get(self, request: Request, region: str, key: str) -> Response:
         entry = selectors.entry_get(region=region, key=_checked_key(key))
         return Response(EntrySerializer(entry).data)
 
     @extend_schema(
         request=EntryPutSerializer,
-        responses={200: EntryPutResultSerializer, **error_responses(400, 404, 413)},
-        description="Create or update a key; 200 in both cases.",
+        responses={
+            200: EntryPutResultSerializer,
+            **error_responses(404, write=True, body=True),
+        },
+        description="Create or update a key; 200 in both cases. The value is "
+        "RFC 8259 JSON: no NaN/Infinity, U+0000 or lone surrogate, nesting at "
+        "most 200 deep (else 400).",
     )
     def put(self, request: Request, region: str, key: str) -> Response:
         data = _valid(EntryPutSerializer, request)
         _, event = services.entry_put(region=region, key=key, value=data["value"])
         return Response(EntryPutResultSerializer(event).data)
 
-    @extend_schema(responses={200: EntryEventSerializer, **error_responses(400, 404)})
+    @extend_schema(
+        responses={200: EntryEventSerializer, **error_responses(400, 404, write=True)},
+        description="Destroy a key (a `destroy` event); 404 when absent.",
+    )
     def delete(self, request: Request, region: str, key: str) -> Response:
         _, event = services.entry_destroy(region=region, key=key)
         return Response(EntryEventSerializer(event).data)
 
 
 @extend_schema(parameters=[KEY_PARAMETER])
-class EntryInvalidateView(APIView):
+class EntryInvalidateView(RegionScopedView):
     @extend_schema(
         request=None,
-        responses={200: EntryEventSerializer, **error_responses(400, 404)},
+        responses={200: EntryEventSerializer, **error_responses(400, 404, write=True)},
+        description="Set a key's value to null, keeping the key (an "
+        "`invalidate` event); 404 when absent.",
     )
     def post(self, request: Request, region: str, key: str) -> Response:
         _, event = services.entry_invalidate(region=region, key=key)
         return Response(EntryEventSerializer(event).data)
 
 
-class PutAllView(APIView):
+class PutAllView(RegionScopedView):
     @extend_schema(
         request=PutAllSerializer,
-        responses={200: PutAllResultSerializer, **error_responses(400, 404, 413)},
+        responses={
+            200: PutAllResultSerializer,
+            **error_responses(404, write=True, body=True),
+        },
         description="Create or update many keys: all or nothing, one event each.",
     )
     def post(self, request: Request, region: str) -> Response:
