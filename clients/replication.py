@@ -176,6 +176,20 @@ def top_up(
     return added
 
 
+def save_placement(client: DurableClient, before: tuple[Any, ...]) -> bool:
+    """Save a locked client's hosts if they differ from ``before`` (primary,
+    secondaries, syncing); record a failover when the primary moved.
+    Returns whether anything changed."""
+    if (client.primary, client.secondaries, client.syncing) == before:
+        return False
+    client.save(update_fields=["primary", "secondaries", "syncing"])
+    if client.primary != before[0]:
+        history.record(
+            client, "failover", detail=f"primary {before[0]} -> {client.primary}"
+        )
+    return True
+
+
 def start_copies(client_id: uuid.UUID, targets: Iterable[str], source: str) -> None:
     """Ask each target's worker to start filling its copy from ``source``."""
     from clients.tasks import adopt_on
@@ -209,14 +223,7 @@ def fix_placement(
             # redundancy 0 (whichever node runs this step).
             at_least = 1 if draining or client.primary == handing_over else 0
             added = top_up(client, members, load, at_least=at_least)
-        if (client.primary, client.secondaries, client.syncing) != before:
-            client.save(update_fields=["primary", "secondaries", "syncing"])
-            if client.primary != before[0]:
-                history.record(
-                    client,
-                    "failover",
-                    detail=f"primary {before[0]} -> {client.primary}",
-                )
+        if save_placement(client, before):
             log.info(
                 "%s: hosts %s %s -> %s %s",
                 client,

@@ -32,6 +32,7 @@ from clients.replication import (
     fail_over,
     hosted_load,
     refuses_connections,
+    save_placement,
     start_copies,
     top_up,
 )
@@ -204,14 +205,7 @@ def client_hello(
                 before = (client.primary, client.secondaries, client.syncing)
                 fail_over(client, members)
                 members.suspects.discard(node)
-                if (client.primary, client.secondaries, client.syncing) != before:
-                    client.save(update_fields=["primary", "secondaries", "syncing"])
-                if client.primary != before[0]:
-                    history.record(
-                        client,
-                        "failover",
-                        detail=f"primary {before[0]} -> {client.primary}",
-                    )
+                save_placement(client, before)
             if client.primary and client.primary != node:
                 primary_state = members.state(client.primary)
                 if primary_state == UP:
