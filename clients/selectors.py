@@ -5,7 +5,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from clients import replication
@@ -204,7 +204,7 @@ def dashboard_clients(
         if not user.is_staff:
             qs = qs.filter(owner=user)
     else:
-        qs = client_list(user=user)
+        qs = client_list(user=user).annotate(interest_count=Count("interests"))
         if state == "connected":
             qs = qs.filter(is_connected=True)
         elif state == "disconnected":

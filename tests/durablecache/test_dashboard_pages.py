@@ -3,6 +3,7 @@ access, CSRF, every page's content, every action's effect, the history
 the pages show and the samples behind the charts."""
 
 import json
+import re
 from collections import Counter
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -1324,3 +1325,21 @@ def test_an_unknown_region_page_sends_back_to_the_regions_list(operator):
     response = browser.get("/dashboard/regions/nope/", follow=True)
     assert response.redirect_chain[-1][0] == "/dashboard/regions/"
     assert "no region &#x27;nope&#x27;" in response.content.decode()
+
+
+def test_clients_list_counts_each_clients_interests(operator, user, region):
+    client = hello(user, "counted")
+    for key in ("a", "b", "c"):
+        client_services.interest_register(
+            client=client,
+            region="prices",
+            selector=parse_selector({"keys": [key]}),
+            is_durable=True,
+            policy="none",
+        )
+    browser = DjangoClient()
+    browser.force_login(operator)
+    body = browser.get("/dashboard/clients/").content.decode()
+    assert re.search(
+        r'data-durable-id="counted".*?<td class="interests">3</td>', body, re.S
+    )

@@ -49,7 +49,7 @@
       row = document.createElement("tr");
       row.dataset.durableId = u.durable_id;
       row.innerHTML = '<td><a href="' + encodeURIComponent(u.durable_id) + '/">' + esc(u.durable_id) + "</a></td><td></td>" +
-        '<td class="state"></td><td class="node"></td><td class="primary"></td><td class="secondaries"></td><td class="sizes"></td><td class="pending"></td><td class="expires"></td>';
+        '<td class="state"></td><td class="node"></td><td class="primary"></td><td class="secondaries"></td><td class="sizes"></td><td class="pending"></td><td class="interests"></td><td class="expires"></td>';
       $("tbody", table).prepend(row);
     }
     $(".state", row).innerHTML = live ? stateSpan(u.state) : stateSpan(u.state === "expired" ? "expired" : "gone");
