@@ -29,7 +29,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API runs, it keeps an
+# event loop running in this thread, and every later asyncio.run (the
+# client library's tests, the end-to-end tests) would fail.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
         message = f"{CHROMIUM} is missing (Debian: apt-get install chromium)"
