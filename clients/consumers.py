@@ -34,7 +34,10 @@ CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
-GROUP_REFRESH_S = 3600.0
+# Re-join the groups this often: channels_redis drops members after
+# group_expiry, and a Redis that restarted empty between two receives forgets
+# them without the receive ever failing (seen in CI: doorbells stopped).
+GROUP_REFRESH_S = 30.0
 # A socket streaming without pause still checks its client's placement.
 PLACEMENT_CHECK_S = 5.0
 
