@@ -338,7 +338,7 @@ def copy_out(
         limit=settings.DURABLECACHE_COPY_PAGE,
     )
     if page is None:
-        log.info("no complete copy of %s here for %s", client_id, target)
+        log.warning("no complete copy of %s here for %s", client_id, target)
         return None
     page["upto"] = upto
     return page
@@ -386,6 +386,18 @@ def copies_resume(node: str) -> int:
             ):
                 continue
             source = copy_source(client, members, node)
+            if state is not None:
+                # Diagnostics: a copy should finish in a few page round trips.
+                log.warning(
+                    "copy of %s here stalled since %s (source %s, after %s of %s);"
+                    " asking %s again",
+                    client.id,
+                    state.copy_requested_at,
+                    state.copy_source,
+                    state.copy_after,
+                    state.copy_upto,
+                    source,
+                )
             if source is not None:
                 adopt(client_id=client.id, node=node, source=source)
                 touched += 1
