@@ -202,11 +202,10 @@ def fix_placement(
     client_id: uuid.UUID,
     members: Membership,
     load: Counter[str],
-    handing_over: str | None = None,
 ) -> bool:
     """Fail over and top up one client's hosts; return whether it has a primary up.
 
-    A primary that is ``handing_over`` (draining) gets one copy elsewhere
+    A draining primary (handing its queues over) gets one copy elsewhere
     even at redundancy 0, so it can be promoted. Copies are started after
     commit, from the (new) primary.
     """
@@ -221,7 +220,7 @@ def fix_placement(
         if has_primary or draining:
             # A draining primary needs one copy to hand over to, even at
             # redundancy 0 (whichever node runs this step).
-            at_least = 1 if draining or client.primary == handing_over else 0
+            at_least = 1 if draining else 0
             added = top_up(client, members, load, at_least=at_least)
         if save_placement(client, before):
             log.info(
@@ -462,7 +461,7 @@ def node_handover(
             return len(hosted)  # nowhere to go: keep them
         load = hosted_load()
         for pk in hosted:
-            fix_placement(pk, members, load, handing_over=node)
+            fix_placement(pk, members, load)
         time.sleep(0.2)
 
 

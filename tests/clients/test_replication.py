@@ -351,7 +351,7 @@ def test_fix_placement_gives_a_draining_primary_one_copy_to_hand_over_to(
     client = stored(user, primary=HERE, redundancy=0)
     load = Counter({"node-2": 3})
     with django_capture_on_commit_callbacks(execute=True):
-        has_primary = replication.fix_placement(client.pk, m, load, handing_over=HERE)
+        has_primary = replication.fix_placement(client.pk, m, load)
     assert has_primary is False
     assert hosts_of(client) == (HERE, ["node-3"], ["node-3"])
     # The copy is filled from the draining primary, which still serves it.
@@ -366,9 +366,7 @@ def test_another_nodes_repair_keeps_the_copy_a_draining_primary_hands_to(
     nodes(up=["node-2", "node-3"], draining=[HERE])
     client = stored(user, primary=HERE, redundancy=0)
     with django_capture_on_commit_callbacks(execute=True):
-        replication.fix_placement(
-            client.pk, replication.Membership.read(), Counter(), handing_over=HERE
-        )
+        replication.fix_placement(client.pk, replication.Membership.read(), Counter())
     placed = hosts_of(client)
     assert placed[1] == placed[2]
     assert len(placed[1]) == 1
