@@ -17,6 +17,7 @@ from django.db import transaction
 
 from clients.matching import key_matches
 from clients.models import Interest
+from durablecache import liveness
 from durablecache.cache import selectors as cache_selectors
 from queues import notify
 from queues import selectors as queue_selectors
@@ -75,6 +76,7 @@ def fanout_node(node: str | None = None) -> int:
             cursor.fanout_through = events[-1].seq
             cursor.save(update_fields=["fanout_through", "updated_at"])
         total += len(events)
+        liveness.beat()  # a long backlog is progress, not a wedged worker
         notify.ring_many(heads)
     return total
 

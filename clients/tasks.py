@@ -30,11 +30,14 @@ BREAKER_S = 2.0
 _broken_until = 0.0
 
 
-def _send(task, node: str, *args, expires: float | None = None) -> None:
-    """Ring a node's worker; a broker outage only delays the work."""
+def _send(task, node: str, *args, expires: float | None = None) -> bool:
+    """Ring a node's worker; a broker outage only delays the work.
+
+    Returns whether the message reached the broker.
+    """
     global _broken_until
     if time.monotonic() < _broken_until:
-        return
+        return False
     try:
         task.apply_async(
             args=list(args), queue=node_queue(node), retry=False, expires=expires
@@ -42,6 +45,8 @@ def _send(task, node: str, *args, expires: float | None = None) -> None:
     except Exception as exc:  # the periodic tick heals a lost doorbell
         _broken_until = time.monotonic() + BREAKER_S
         log.warning("could not enqueue %s for %s: %s", task.name, node, exc)
+        return False
+    return True
 
 
 @shared_task(name="clients.fanout", ignore_result=True)
@@ -155,10 +160,11 @@ def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
     _send(drop_queue_task, node, str(client_id))
 
 
-def tick_on(node: str | None = None, *, judge: bool = True) -> None:
+def tick_on(node: str | None = None, *, judge: bool = True) -> bool:
+    """Send a node's worker its periodic tick; return whether it was sent."""
     node = node or settings.DURABLECACHE_NODE_NAME
     # A tick nobody ran in time is superseded by the next one.
-    _send(
+    return _send(
         tick_task,
         node,
         node,

@@ -1,11 +1,29 @@
 """The Celery app (Celery's Django recipe); settings under CELERY_."""
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun, task_revoked, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 
 app = Celery("durablecache")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _mark_progress_from_now(**_: Any) -> None:
+    from durablecache import liveness
+
+    liveness.enable()
+
+
+@task_prerun.connect
+@task_postrun.connect
+@task_revoked.connect
+def _progress(**_: Any) -> None:
+    from durablecache import liveness
+
+    liveness.beat()

@@ -206,6 +206,8 @@ DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
 DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)
 DURABLECACHE_FANOUT_BATCH = env_int("DURABLECACHE_FANOUT_BATCH", 1000, minimum=1)
 DURABLECACHE_POLL_S = env_float("DURABLECACHE_POLL_S", 1.0, minimum=0.05)
+# runnode restarts a worker that ran no task for this long (0 = never).
+DURABLECACHE_WORKER_STALL_S = env_float("DURABLECACHE_WORKER_STALL_S", 60.0)
 # Redundancy (docs/operations.md#redundancy-and-failover).
 DURABLECACHE_COPY_PAGE = env_int("DURABLECACHE_COPY_PAGE", 2000, minimum=1)
 DURABLECACHE_COPY_RETRY_S = env_float("DURABLECACHE_COPY_RETRY_S", 5.0, minimum=0.1)

@@ -4,6 +4,7 @@ Messages here only say "look at your rows"; losing one delays delivery
 until the consumer's next poll (DURABLECACHE_POLL_S), it never loses data.
 """
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -14,6 +15,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
+# A doorbell that Redis does not take in this time is given up (the poll
+# heals it): a stuck send must never hold a worker thread or a request.
+SEND_TIMEOUT_S = 5.0
 
 
 def group_for(client_id: Any) -> str:
@@ -32,7 +36,8 @@ async def aring(group: str, message: dict[str, Any]) -> None:
     # connection that died with the old server.
     for attempt in (1, 2):
         try:
-            await layer.group_send(group, message)
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                await layer.group_send(group, message)
             return
         except Exception as exc:  # a doorbell must never fail a write
             if attempt == 2:

@@ -94,41 +94,26 @@ def test_sigkill_restart_keeps_offline_queue(node1):
         assert versions == sorted(versions)
 
 
-def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
-    """The Celery worker holds no state: runnode starts a new one."""
-    import os
-    import signal
-
+def _worker_pids(cluster):
     import psutil
 
-    from tests.integration.harness import wait_for
-
-    cluster = node1
-    operator = cluster.token("ops", operator=True)
-    user = cluster.token("app")
-    assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
     runnode = psutil.Process(cluster.nodes["node-1"]["proc"].pid)
+    pids = set()
+    for child in runnode.children():
+        try:
+            if "celery" in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:  # a zombie not reaped yet
+            continue
+    return pids
 
-    def worker_pids():
-        pids = set()
-        for child in runnode.children():
-            try:
-                if "celery" in " ".join(child.cmdline()):
-                    pids.add(child.pid)
-            except psutil.Error:  # a zombie not reaped yet
-                continue
-        return pids
 
-    old = worker_pids()
-    assert old, [c.cmdline() for c in runnode.children()]
-    for pid in old:
-        os.kill(pid, signal.SIGKILL)
-    new = wait_for(lambda: worker_pids() - old, timeout=30)
-    assert new
+def _delivery_goes_on(cluster, user, durable_id):
+    """A new subscriber gets a live event for a PUT: fan-out runs."""
 
     async def scenario():
         async with _connect(cluster, user) as ws:
-            await _hello(ws, durable_id="after-worker-death")
+            await _hello(ws, durable_id=durable_id)
             await ws.send(
                 json.dumps(
                     {
@@ -151,6 +136,57 @@ def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
 
     event = asyncio.run(scenario())
     assert (event["key"], event["value"], event["replay"]) == ("k", 1, False)
+
+
+def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
+    """The Celery worker holds no state: runnode starts a new one."""
+    import os
+    import signal
+
+    from tests.integration.harness import wait_for
+
+    cluster = node1
+    operator = cluster.token("ops", operator=True)
+    user = cluster.token("app")
+    assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
+    old = _worker_pids(cluster)
+    assert old
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    new = wait_for(lambda: _worker_pids(cluster) - old, timeout=30)
+    assert new
+    _delivery_goes_on(cluster, user, "after-worker-death")
+
+
+def test_a_wedged_worker_is_restarted_and_delivery_goes_on(cluster):
+    """A worker that runs but does nothing (SIGSTOP stands for every pool
+    thread stuck) is killed and replaced once it has done nothing for
+    DURABLECACHE_WORKER_STALL_S while ticks were sent to it."""
+    import os
+    import signal
+
+    from tests.integration.harness import wait_for
+
+    cluster.env["DURABLECACHE_WORKER_STALL_S"] = "3"
+    cluster.start_node("node-1")
+    operator = cluster.token("ops", operator=True)
+    user = cluster.token("app")
+    assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
+    old = _worker_pids(cluster)
+    assert old
+    # A working worker marks progress and is left alone past the limit.
+    alive = cluster.workdir / "logs" / "node-1" / "worker.alive"
+    first = wait_for(lambda: alive.exists() and alive.stat().st_mtime, timeout=30)
+    wait_for(lambda: alive.stat().st_mtime > first + 4, timeout=30)
+    assert "did nothing for" not in cluster.log_tail("node-1", 400)
+    assert _worker_pids(cluster) == old
+    for pid in old:
+        os.kill(pid, signal.SIGSTOP)
+    new = wait_for(lambda: _worker_pids(cluster) - old, timeout=60)
+    assert new
+    assert "did nothing for" in cluster.log_tail("node-1", 400)
+    assert not _worker_pids(cluster) & old  # the stopped one was killed
+    _delivery_goes_on(cluster, user, "after-worker-stall")
 
 
 def test_sigterm_closes_sockets_with_4503_and_the_queue_survives(node1):

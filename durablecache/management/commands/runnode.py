@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from clients import replication
 from clients import services as client_services
 from clients.tasks import tick_on
-from durablecache import nodes
+from durablecache import liveness, nodes
 from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import services as cache_services
 from durablecache.cache.validation import validate_name
@@ -106,6 +106,7 @@ class Node:
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         command = nodes.worker_command(self.name, self.opts["concurrency"])
+        self.worker_started = time.monotonic()
         return subprocess.Popen(command, env=self.env)
 
     def restart_worker_if_dead(self) -> None:
@@ -122,6 +123,40 @@ class Node:
             )
             self.children[0] = self.start_worker()
 
+    def restart_worker_if_stalled(self, ticks_since: float) -> bool:
+        """Replace a worker that runs but has done nothing for too long.
+
+        Stalled: no task started, ended or expired and no fan-out batch
+        for ``DURABLECACHE_WORKER_STALL_S`` although ticks reached the broker
+        all that time (``ticks_since``: monotonic time since when every tick
+        was sent) — a broker outage is not the worker's fault. Before the
+        kill, SIGUSR1 makes it write every thread's stack to its log.
+        """
+        limit = settings.DURABLECACHE_WORKER_STALL_S
+        now = time.monotonic()
+        worker = self.children[0]
+        if (
+            self.stopping
+            or limit <= 0
+            or worker.poll() is not None
+            or now - max(ticks_since, self.worker_started) < limit
+        ):
+            return False
+        idle = liveness.idle_for(liveness.alive_path())
+        if idle < limit:
+            return False
+        sys.stderr.write(
+            f"{self.name}: worker {worker.pid} did nothing for {idle:.0f}s while "
+            "ticks were sent; its threads follow, then it is restarted\n"
+        )
+        with contextlib.suppress(OSError):
+            worker.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+        worker.kill()
+        worker.wait(timeout=10)
+        self.children[0] = self.start_worker()
+        return True
+
     def alive(self) -> bool:
         return all(child.poll() is None for child in self.children)
 
@@ -135,8 +170,11 @@ class Node:
         # Heartbeating without a break since: only after a node timeout of
         # it does this node take others for dead (maintenance.tick).
         steady_since = time.monotonic()
+        # Every tick since then reached the broker (the stall watchdog).
+        ticks_since = time.monotonic()
         while not self.stopping:
             self.restart_worker_if_dead()
+            self.restart_worker_if_stalled(ticks_since)
             if not self.alive():
                 # Daphne died: the node is down; end the group like a crash.
                 self.stop()
@@ -144,9 +182,11 @@ class Node:
             try:
                 cache_services.node_heartbeat(name=self.name)
                 steady = time.monotonic() - steady_since
-                tick_on(self.name, judge=steady >= settings.DURABLECACHE_NODE_TIMEOUT_S)
+                judge = steady >= settings.DURABLECACHE_NODE_TIMEOUT_S
+                if not tick_on(self.name, judge=judge):
+                    ticks_since = time.monotonic()
             except Exception as exc:
-                steady_since = time.monotonic()
+                steady_since = ticks_since = time.monotonic()
                 sys.stderr.write(f"{self.name}: heartbeat failed: {exc}\n")
             time.sleep(interval)
         self.shutdown()

@@ -1,0 +1,101 @@
+"""The worker stall watchdog: liveness marks and runnode's decision."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from durablecache import liveness
+from durablecache.management.commands.runnode import Node
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.DURABLECACHE_NODE_NAME = "node-w"
+    settings.DURABLECACHE_WORKER_STALL_S = 5.0
+    yield tmp_path
+    liveness._path = None
+
+
+def test_beat_is_a_no_op_until_enabled(data_dir):
+    liveness._path = None
+    liveness.beat(force=True)
+    assert liveness.idle_for(liveness.alive_path()) == float("inf")
+
+
+def test_beat_marks_progress_once_enabled(data_dir):
+    liveness.enable()
+    path = liveness.alive_path()
+    os.utime(path, (time.time() - 100, time.time() - 100))
+    assert liveness.idle_for(path) >= 99
+    liveness.beat(force=True)
+    assert liveness.idle_for(path) < 99
+
+
+@pytest.fixture
+def node(data_dir):
+    """A Node whose 'worker' is a sleeping child process."""
+    n = Node("node-w", "http://127.0.0.1:1", {"concurrency": 1})
+    n.env = dict(os.environ)
+    started = []
+
+    def fake_worker():
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        started.append(proc)
+        n.worker_started = time.monotonic()
+        return proc
+
+    n.start_worker = fake_worker
+    n.children = [fake_worker()]
+    yield n, started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def _age(n, seconds):
+    """Pretend the worker and the tick stream started ``seconds`` ago."""
+    n.worker_started = time.monotonic() - seconds
+    return time.monotonic() - seconds
+
+
+def test_a_worker_that_marks_progress_is_kept(node):
+    n, started = node
+    path = liveness.alive_path()
+    path.touch()
+    assert n.restart_worker_if_stalled(_age(n, 60)) is False
+    assert len(started) == 1
+
+
+def test_a_silent_worker_is_killed_and_replaced(node):
+    n, started = node
+    path = liveness.alive_path()
+    path.touch()
+    os.utime(path, (time.time() - 30, time.time() - 30))
+    assert n.restart_worker_if_stalled(_age(n, 60)) is True
+    assert started[0].poll() is not None  # the old one is gone
+    assert n.children[0] is started[1]
+    assert started[1].poll() is None
+
+
+def test_no_restart_while_ticks_did_not_reach_the_broker(node):
+    """A broker outage starves the worker: that is not a stall."""
+    n, started = node
+    liveness.alive_path().unlink(missing_ok=True)
+    _age(n, 60)
+    assert n.restart_worker_if_stalled(time.monotonic() - 1) is False
+    assert len(started) == 1
+
+
+def test_a_new_worker_gets_the_whole_limit(node, settings):
+    n, started = node
+    liveness.alive_path().unlink(missing_ok=True)
+    n.worker_started = time.monotonic()
+    assert n.restart_worker_if_stalled(time.monotonic() - 60) is False
+    settings.DURABLECACHE_WORKER_STALL_S = 0  # 0 turns the watchdog off
+    _age(n, 60)
+    assert n.restart_worker_if_stalled(time.monotonic() - 60) is False
+    assert len(started) == 1
