@@ -47,7 +47,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files (the dashboard's JS and CSS, the admin's) from the node
     # itself, straight from the apps (no collectstatic needed).
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "durablecache.middleware.StaticFilesMiddleware",
     "durablecache.middleware.BodySizeLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
