@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from durablecache.cache import hooks
@@ -29,26 +29,39 @@ from durablecache.cache.validation import (
 MAX_PUTALL = 10000
 
 
-def _lock_log() -> EventLog:
-    log = EventLog.objects.select_for_update().filter(pk=1).first()
-    if log is None:
-        EventLog.objects.get_or_create(pk=1)
-        log = EventLog.objects.select_for_update().get(pk=1)
-    return log
+def _lock_log(reserve: int) -> int:
+    """Lock the event log and reserve ``reserve`` seqs; return the seq
+    before them.
+
+    One statement (UPDATE ... RETURNING) both takes the row lock that
+    serialises writers and hands out the seqs, instead of a locking read
+    and a later write. Call inside a transaction, before any other lock.
+    """
+    table = EventLog._meta.db_table
+    with connection.cursor() as cursor:
+        for _ in range(2):
+            cursor.execute(
+                f"UPDATE {table} SET last_seq = last_seq + %s WHERE id = 1"  # noqa: S608
+                " RETURNING last_seq",
+                [reserve],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                return int(row[0]) - reserve
+            EventLog.objects.get_or_create(pk=1)
+    raise RuntimeError("the event log row cannot be created")
 
 
-def _append_events(log: EventLog, specs: list[dict[str, Any]]) -> list[Event]:
-    """Give each spec the next seq and an id, and insert them in one batch."""
+def _append_events(before: int, specs: list[dict[str, Any]]) -> list[Event]:
+    """Give each spec its reserved seq (after ``before``) and an id, and
+    insert them in one batch."""
     now = timezone.now()
-    events = []
-    for spec in specs:
-        log.last_seq += 1
-        events.append(
-            Event(seq=log.last_seq, event_id=uuid.uuid4().hex, ts=now, **spec)
-        )
+    events = [
+        Event(seq=before + i, event_id=uuid.uuid4().hex, ts=now, **spec)
+        for i, spec in enumerate(specs, start=1)
+    ]
     Event.objects.bulk_create(events)
-    log.save(update_fields=["last_seq"])
-    hooks.events_written(log.last_seq)
+    hooks.events_written(before + len(specs))
     return events
 
 
@@ -65,7 +78,7 @@ def region_create(*, name: str, conflate_events: bool = False) -> Region:
     if not isinstance(conflate_events, bool):
         raise ValidationError("conflate_events must be a boolean")
     with transaction.atomic():
-        _lock_log()
+        _lock_log(0)
         if Region.objects.filter(name=name).exists():
             raise RegionExistsError(f"region {name!r} already exists")
         return Region.objects.create(name=name, conflate_events=conflate_events)
@@ -74,10 +87,10 @@ def region_create(*, name: str, conflate_events: bool = False) -> Region:
 def region_destroy(*, name: str) -> Event:
     """Delete a region and its entries; emit ``region_destroy``."""
     with transaction.atomic():
-        log = _lock_log()
+        before = _lock_log(1)
         region = _region(name)
         (event,) = _append_events(
-            log, [{"region": name, "key": None, "op": Op.REGION_DESTROY}]
+            before, [{"region": name, "key": None, "op": Op.REGION_DESTROY}]
         )
         region.delete()
     return event
@@ -86,13 +99,13 @@ def region_destroy(*, name: str) -> Event:
 def region_clear(*, name: str) -> Event:
     """Destroy every entry of a region (versions are kept); emit one event."""
     with transaction.atomic():
-        log = _lock_log()
+        before = _lock_log(1)
         region = _region(name)
         Entry.objects.filter(region=region, is_destroyed=False).update(
             is_destroyed=True, value=None, updated_at=timezone.now()
         )
         (event,) = _append_events(
-            log, [{"region": name, "key": None, "op": Op.REGION_CLEAR}]
+            before, [{"region": name, "key": None, "op": Op.REGION_CLEAR}]
         )
     return event
 
@@ -129,7 +142,7 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
         validate_key(key)
         validate_json_value(value)
     with transaction.atomic():
-        log = _lock_log()
+        before = _lock_log(len(entries))
         reg = _region(region)
         existing = {
             e.key: e
@@ -150,7 +163,7 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
         Entry.objects.bulk_update(
             to_update, ["value", "version", "is_destroyed", "updated_at"]
         )
-        return _append_events(log, specs)
+        return _append_events(before, specs)
 
 
 def entry_put(*, region: str, key: str, value: Any) -> tuple[Entry, Event]:
@@ -158,27 +171,27 @@ def entry_put(*, region: str, key: str, value: Any) -> tuple[Entry, Event]:
     validate_key(key)
     validate_json_value(value)
     with transaction.atomic():
-        log = _lock_log()
+        before = _lock_log(1)
         reg = _region(region)
         old = Entry.objects.select_for_update().filter(region=reg, key=key).first()
         op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE
         entry, spec = _change(reg, old, key, op, value)
         entry.save()
-        (event,) = _append_events(log, [spec])
+        (event,) = _append_events(before, [spec])
     return entry, event
 
 
 def _existing_change(region: str, key: str, op: str) -> tuple[Entry, Event]:
     validate_key(key)
     with transaction.atomic():
-        log = _lock_log()
+        before = _lock_log(1)
         reg = _region(region)
         old = Entry.objects.select_for_update().filter(region=reg, key=key).first()
         if old is None or old.is_destroyed:
             raise NotFoundError(f"no entry {key!r} in region {region!r}")
         entry, spec = _change(reg, old, key, op, None)
         entry.save()
-        (event,) = _append_events(log, [spec])
+        (event,) = _append_events(before, [spec])
     return entry, event
 
 
