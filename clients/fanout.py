@@ -77,7 +77,11 @@ def fanout_node(node: str | None = None) -> int:
             cursor.save(update_fields=["fanout_through", "updated_at"])
         total += len(events)
         liveness.beat()  # a long backlog is progress, not a wedged worker
-        notify.ring_many(heads)
+        notify.ring_many(heads, node)
+        if len(events) < settings.DURABLECACHE_FANOUT_BATCH:
+            # Read through the head: an event committed since then rang its
+            # own doorbell after its commit, so no second (empty) pass.
+            break
     return total
 
 

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from queues import selectors as queue_selectors
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -47,21 +48,33 @@ def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, in
     Must run inside a transaction on the node store (the fan-out holds one
     with its cursor, so appends and cursor move together). Queues are locked
     in client id order so two appenders can never deadlock. Queues that do
-    not exist on this node are skipped.
+    not exist on this node are skipped. A constant number of statements
+    whatever the number of queues (plus one delete per conflated update):
+    an event for 100 live sockets is 3 statements, not 300.
     """
+    if not appends:
+        return {}
+    states = QueueState.objects.select_for_update().filter(pk__in=list(appends))
     heads: dict[uuid.UUID, int] = {}
-    for client_id in sorted(appends):
-        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
-        if state is None:
-            continue
-        heads[client_id] = _append(state, appends[client_id])
+    rows: list[QueueEntry] = []
+    changed: list[QueueState] = []
+    for state in states.order_by("pk"):
+        added = _append(state, appends[state.client_id])
+        heads[state.client_id] = state.last_seq
+        if added is not None:
+            rows.extend(added)
+            changed.append(state)
+    QueueEntry.objects.bulk_create(rows)
+    QueueState.objects.bulk_update(changed, ["last_seq", "size"])
     return heads
 
 
-def _append(state: QueueState, events: Sequence[Any]) -> int:
-    """Append to one locked queue, conflating superseded undelivered updates.
+def _append(state: QueueState, events: Sequence[Any]) -> list[QueueEntry] | None:
+    """The rows to append to one locked queue, conflating superseded
+    undelivered updates; None when every event was appended already.
 
-    A queue entry's seq is its event's cluster-wide log seq: increasing in
+    Moves ``state.last_seq`` and ``state.size`` (the caller saves them). A
+    queue entry's seq is its event's cluster-wide log seq: increasing in
     every queue (the fan-out appends in log order), with gaps, and the same
     on every host of a queue, so an ``ack up_to`` means the same rows
     wherever it is applied. Events at or below the head were appended
@@ -88,11 +101,11 @@ def _append(state: QueueState, events: Sequence[Any]) -> int:
                 ).delete()[0]
             pending_update[ident] = len(new)
         new.append(entry_from_event(state, state.last_seq, event))
+    if not new:
+        return None
     rows = [row for row in new if row is not None]
-    QueueEntry.objects.bulk_create(rows)
     state.size += len(rows) - deleted
-    state.save(update_fields=["last_seq", "size"])
-    return state.last_seq
+    return rows
 
 
 def entry_from_event(state: QueueState, seq: int, event: Any) -> QueueEntry:
@@ -236,6 +249,26 @@ def queue_mark_delivered(*, client_id: uuid.UUID, through: int) -> None:
     """Record that the session has sent everything through ``through``."""
     QueueState.objects.filter(pk=client_id, delivered_through__lt=through).update(
         delivered_through=through
+    )
+
+
+def queue_next_batch(
+    *,
+    client_id: uuid.UUID,
+    sent_through: int,
+    marked_through: int,
+    limit: int,
+    through: int | None = None,
+) -> list[QueueEntry]:
+    """Record what the session sent since the last call, then read on.
+
+    One trip to the database per batch for a streaming socket instead of
+    two (mark, then read): ``marked_through`` is what was recorded already.
+    """
+    if sent_through > marked_through:
+        queue_mark_delivered(client_id=client_id, through=sent_through)
+    return queue_selectors.queue_entries_after(
+        client_id=client_id, after=sent_through, through=through, limit=limit
     )
 
 
