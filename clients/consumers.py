@@ -2,7 +2,9 @@
 
 Transport only: frames are parsed by ``clients.protocol`` and every decision
 is a service or selector call. One asyncio task per socket delivers queued
-rows; the channel layer only wakes it (and a poll heals lost wakeups).
+rows; the node's fan-out wakes it through the process's ``WakeHub`` (and a
+poll heals lost wakeups); the channel layer group ``queue.<id>`` carries an
+operator close, ``node.<name>`` a shutdown.
 """
 
 import asyncio
@@ -18,7 +20,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 
-from clients import protocol, replication, selectors, services, stats
+from clients import protocol, replication, selectors, services, stats, wakeups
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
@@ -91,6 +93,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                 failures += 1
                 if failures == 1:
                     log.warning("channel layer unreachable; polling meanwhile")
+                    # The other receivers of this process may not see it.
+                    wakeups.hub.layer_failed()
                 await asyncio.sleep(min(5.0, 0.2 * failures))
 
     async def _join_all(self) -> None:
@@ -99,14 +103,25 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.membership_stale = False
 
     async def _refresh_membership(self) -> None:
-        """Re-join the groups now and then: channels_redis drops a member
-        after ``group_expiry`` and a socket may live longer than that."""
+        """Re-join the groups now and then (channels_redis drops a member
+        after ``group_expiry`` and a socket may live longer than that), and
+        at once when another receiver of this process saw the layer fail
+        (only the one reading at that moment does)."""
         while True:
-            await asyncio.sleep(GROUP_REFRESH_S)
-            try:
-                await self._join_all()
-            except Exception:  # the receive loop retries
-                self.membership_stale = True
+            failed = False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(GROUP_REFRESH_S):
+                    await wakeups.hub.failure_event().wait()
+                    failed = True
+            while True:
+                try:
+                    await self._join_all()
+                    break
+                except Exception:
+                    self.membership_stale = True
+                    if not failed:
+                        break  # the receive loop retries
+                    await asyncio.sleep(1.0)
 
     async def connect(self) -> None:
         self.client: Any = None
@@ -114,8 +129,11 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.is_ready = False
         self.is_closing = False
         self.sent_through = 0
+        # What queue_mark_delivered has recorded of sent_through.
+        self.marked_through = 0
         self.bad_frames = 0
         self.wake = asyncio.Event()
+        self.woken_as: Any = None  # the client id this socket is woken for
         self.delivery: asyncio.Task[None] | None = None
         self.delivery_stopping = False
         await self.accept()
@@ -256,6 +274,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             raise ValidationError("ready was already sent")
         self.is_ready = True
         head = await db(queue_selectors.queue_head)(client_id=self.client.id)
+        self.woken_as = self.client.id
+        wakeups.hub.add(self.woken_as, self.wake)
         self.delivery = asyncio.create_task(self._deliver(replay_through=head))
 
     async def on_ack(self, frame: dict[str, Any], req_id: str | None) -> None:
@@ -289,12 +309,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         replayed = 0
         try:
             while True:
-                rows = await db(queue_selectors.queue_entries_after)(
-                    client_id=client_id,
-                    after=self.sent_through,
-                    through=replay_through,
-                    limit=batch,
-                )
+                rows = await self._next_batch(batch, through=replay_through)
                 if not rows:
                     break
                 await self._send_rows(rows, replay=True)
@@ -310,9 +325,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                     next_check = time.monotonic() + PLACEMENT_CHECK_S
                     if not await self._still_served_here(client_id):
                         return
-                rows = await db(queue_selectors.queue_entries_after)(
-                    client_id=client_id, after=self.sent_through, limit=batch
-                )
+                rows = await self._next_batch(batch)
                 if rows:
                     await self._send_rows(rows, replay=False)
                     continue
@@ -356,12 +369,25 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = row.seq
-        await db(queue_services.queue_mark_delivered)(
-            client_id=self.client.id, through=self.sent_through
-        )
         stats.delivered.add(self.node, len(rows))
 
+    async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
+        """Rows after what was sent; records what was sent in the same trip."""
+        sent = self.sent_through
+        rows = await db(queue_services.queue_next_batch)(
+            client_id=self.client.id,
+            sent_through=sent,
+            marked_through=self.marked_through,
+            limit=limit,
+            through=through,
+        )
+        self.marked_through = max(self.marked_through, sent)
+        return rows
+
     async def _stop_delivery(self) -> None:
+        if self.woken_as is not None:
+            wakeups.hub.discard(self.woken_as, self.wake)
+            self.woken_as = None
         if self.delivery is not None:
             # The flag ends the loop even if a cancel were lost.
             self.delivery_stopping = True
@@ -370,9 +396,6 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.delivery
             self.delivery = None
-
-    async def queue_wakeup(self, message: dict[str, Any]) -> None:
-        self.wake.set()
 
     async def queue_close(self, message: dict[str, Any]) -> None:
         await self._stop_delivery()

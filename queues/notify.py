@@ -44,13 +44,30 @@ async def aring(group: str, message: dict[str, Any]) -> None:
                 log.warning("channel layer send to %s failed: %s", group, exc)
 
 
-def ring_many(heads: dict[Any, int]) -> None:
-    async def send_all() -> None:
-        for client_id, head in heads.items():
-            await aring(group_for(client_id), {"type": "queue.wakeup", "head": head})
+def wake_group(node: str) -> str:
+    """The Daphne processes of ``node`` (clients.wakeups.WakeHub)."""
+    return f"wake.{node}"
 
-    if heads:
-        async_to_sync(send_all)()
+
+WAKE_CHUNK = 1000
+
+
+def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
+    """Wake the sockets of these clients on ``node``: one message per
+    ``WAKE_CHUNK`` clients, whatever the number of sockets."""
+    if not heads:
+        return
+    from django.conf import settings
+
+    group = wake_group(node or settings.DURABLECACHE_NODE_NAME)
+    ids = [client_id.hex for client_id in heads]
+
+    async def send_all() -> None:
+        for start in range(0, len(ids), WAKE_CHUNK):
+            chunk = ids[start : start + WAKE_CHUNK]
+            await aring(group, {"type": "queue.wakeup_many", "clients": chunk})
+
+    async_to_sync(send_all)()
 
 
 def close_client(client_id: Any, code: int) -> None:
