@@ -1,9 +1,9 @@
 """HTTP middleware of the project.
 
 Both are async-capable like Django's own: under Daphne a request then
-crosses to a worker thread once, for the view, instead of three times
-(one sync-only middleware makes Django adapt the chain at each boundary:
-measured 23 -> N ms of Daphne CPU per PUT, docs/performance.md).
+crosses to a worker thread once, for the view. One sync-only middleware
+makes Django adapt the chain at each boundary (event loop -> thread for
+the outer middleware -> loop for the inner ones -> thread for the view).
 """
 
 from collections.abc import Awaitable, Callable
