@@ -362,13 +362,12 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         return True
 
     async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
-        for row in rows:
-            event = queue_selectors.entry_to_event(row)
+        for event in rows:
             event["replay"] = replay
             await self.send(protocol.dumps({"type": "event", **event}))
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
-            self.sent_through = row.seq
+            self.sent_through = event["seq"]
         stats.delivered.add(self.node, len(rows))
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:

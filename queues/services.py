@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -64,9 +64,50 @@ def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, in
         if added is not None:
             rows.extend(added)
             changed.append(state)
-    QueueEntry.objects.bulk_create(rows)
-    QueueState.objects.bulk_update(changed, ["last_seq", "size"])
+    _insert_entries(rows)
+    _save_heads(changed)
     return heads
+
+
+# The fan-out's two hot statements, as executemany: Django's bulk_create and
+# bulk_update spent more time compiling (per-value expressions, a CASE per
+# row) than the database spent running them (py-spy, 100 live sockets).
+_ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
+
+
+def _insert_entries(rows: list[QueueEntry]) -> None:
+    if not rows:
+        return
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in _ENTRY_FIELDS)
+    marks = ", ".join(["%s"] * len(_ENTRY_FIELDS))
+    sql = f"INSERT INTO {quote(QueueEntry._meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
+    params = [
+        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in _ENTRY_FIELDS]
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def _save_heads(states: list[QueueState]) -> None:
+    if not states:
+        return
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    pk = QueueState._meta.pk
+    assert pk is not None  # noqa: S101
+    sql = (
+        f"UPDATE {quote(QueueState._meta.db_table)} SET last_seq = %s, size = %s"  # noqa: S608
+        f" WHERE {quote(pk.column)} = %s"
+    )
+    params = [
+        (s.last_seq, s.size, pk.get_db_prep_value(s.client_id, connection))
+        for s in states
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def _append(state: QueueState, events: Sequence[Any]) -> list[QueueEntry] | None:
@@ -259,7 +300,7 @@ def queue_next_batch(
     marked_through: int,
     limit: int,
     through: int | None = None,
-) -> list[QueueEntry]:
+) -> list[dict[str, Any]]:
     """Record what the session sent since the last call, then read on.
 
     One trip to the database per batch for a streaming socket instead of
@@ -267,7 +308,7 @@ def queue_next_batch(
     """
     if sent_through > marked_through:
         queue_mark_delivered(client_id=client_id, through=sent_through)
-    return queue_selectors.queue_entries_after(
+    return queue_selectors.queue_events_after(
         client_id=client_id, after=sent_through, through=through, limit=limit
     )
 
