@@ -4,10 +4,14 @@ import os
 from typing import Any
 from urllib.parse import unquote
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from durablecache.http import PooledASGIHandler  # noqa: E402
+
+django_asgi_app = PooledASGIHandler()
 
 # Imported after the app registry is ready (channels#2068).
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -47,7 +47,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files (the dashboard's JS and CSS, the admin's) from the node
     # itself, straight from the apps (no collectstatic needed).
-    "durablecache.middleware.StaticFilesMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "durablecache.middleware.BodySizeLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -165,7 +165,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "durablecache.auth.SqlTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -202,6 +202,9 @@ DURABLECACHE_MAX_BODY_BYTES = env_int(
     "DURABLECACHE_MAX_BODY_BYTES", 8388608, minimum=1024
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = DURABLECACHE_MAX_BODY_BYTES
+# Threads per Daphne process that run REST/dashboard requests (each keeps
+# its database connections across requests; durablecache.http).
+DURABLECACHE_HTTP_THREADS = env_int("DURABLECACHE_HTTP_THREADS", 8, minimum=1)
 DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
 DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)
 DURABLECACHE_FANOUT_BATCH = env_int("DURABLECACHE_FANOUT_BATCH", 1000, minimum=1)

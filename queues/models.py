@@ -1,9 +1,10 @@
 """Rows of the node store: the subscription queues this node hosts.
 
 A node reads and writes only its own store; a copy on another host is
-filled by tasks (``clients.replication``). A field added to QueueEntry must be added to
-``queues.services.entry_from_event``, ``queues.selectors.entry_to_event`` and
-the copy format (``queues.selectors.entry_to_copy``).
+filled by tasks (``clients.replication``). A field added to QueueEntry
+must be added to ``queues.services._PreparedEvents`` (columns in field
+order), ``queues.selectors.queue_events_after`` and ``entry_to_event``,
+and the copy format (``queues.selectors.entry_to_copy``).
 """
 
 from django.db import models
