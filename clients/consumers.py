@@ -20,7 +20,15 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 
-from clients import protocol, replication, selectors, services, stats, wakeups
+from clients import (
+    protocol,
+    reads,
+    replication,
+    selectors,
+    services,
+    stats,
+    wakeups,
+)
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
@@ -129,7 +137,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.is_ready = False
         self.is_closing = False
         self.sent_through = 0
-        # What queue_mark_delivered has recorded of sent_through.
+        # What the read batcher has recorded of sent_through (clients.reads).
         self.marked_through = 0
         self.bad_frames = 0
         self.wake = asyncio.Event()
@@ -373,7 +381,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
         """Rows after what was sent; records what was sent in the same trip."""
         sent = self.sent_through
-        rows = await db(queue_services.queue_next_batch)(
+        rows = await reads.batcher().next_batch(
             client_id=self.client.id,
             sent_through=sent,
             marked_through=self.marked_through,

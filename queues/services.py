@@ -13,7 +13,6 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from queues import selectors as queue_selectors
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -378,36 +377,22 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
     )
 
 
-def queue_mark_delivered(*, client_id: uuid.UUID, through: int) -> None:
-    """Record that the session has sent everything through ``through``
-    (one statement in SQL: it runs once per socket per batch)."""
+def queue_mark_delivered_many(marks: dict[uuid.UUID, int]) -> None:
+    """Record, per queue, that its session has sent everything through the
+    given seq: one statement for many queues (one write lock on SQLite,
+    whose waiting writers sleep and back off)."""
+    if not marks:
+        return
     connection = connections[NODE_STORE]
     with connection.cursor() as cursor:
-        cursor.execute(
+        cursor.executemany(
             f"UPDATE {_table(QueueState)} SET delivered_through = %s"  # noqa: S608
             " WHERE client_id = %s AND delivered_through < %s",
-            [through, _state_pk(client_id, connection), through],
+            [
+                (through, _state_pk(pk, connection), through)
+                for pk, through in sorted(marks.items())
+            ],
         )
-
-
-def queue_next_batch(
-    *,
-    client_id: uuid.UUID,
-    sent_through: int,
-    marked_through: int,
-    limit: int,
-    through: int | None = None,
-) -> list[dict[str, Any]]:
-    """Record what the session sent since the last call, then read on.
-
-    One trip to the database per batch for a streaming socket instead of
-    two (mark, then read): ``marked_through`` is what was recorded already.
-    """
-    if sent_through > marked_through:
-        queue_mark_delivered(client_id=client_id, through=sent_through)
-    return queue_selectors.queue_events_after(
-        client_id=client_id, after=sent_through, through=through, limit=limit
-    )
 
 
 def queue_reset_delivery(*, client_id: uuid.UUID) -> None:

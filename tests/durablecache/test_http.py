@@ -54,10 +54,16 @@ def token(django_user_model):
 def handler():
     app = PooledASGIHandler(threads=1)
     yield app
+    # The pool thread's connections, or PostgreSQL cannot drop the test db.
+    app.pool.submit(connections.close_all).result()
     app.pool.shutdown(wait=True)
 
 
-async def test_views_run_on_the_pool_and_keep_their_database_connection(handler, token):
+async def test_views_run_on_the_pool_and_keep_their_database_connection(
+    handler, token, monkeypatch
+):
+    # Test settings turn persistent connections off (tests/settings.py).
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 60)
     await sync_to_async(services.region_create)(name="r")
     auth = [(b"authorization", f"Token {token}".encode())]
     seen = []

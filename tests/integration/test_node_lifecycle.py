@@ -149,8 +149,8 @@ def test_a_dead_worker_is_replaced_and_delivery_goes_on(node1):
     operator = cluster.token("ops", operator=True)
     user = cluster.token("app")
     assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
-    old = _worker_pids(cluster)
-    assert old
+    # The worker may be between a start and its cmdline (a loaded machine).
+    old = wait_for(lambda: _worker_pids(cluster), timeout=30)
     for pid in old:
         os.kill(pid, signal.SIGKILL)
     new = wait_for(lambda: _worker_pids(cluster) - old, timeout=30)
@@ -172,8 +172,8 @@ def test_a_wedged_worker_is_restarted_and_delivery_goes_on(cluster):
     operator = cluster.token("ops", operator=True)
     user = cluster.token("app")
     assert cluster.rest("POST", "/api/v1/regions/", operator, {"name": "w"})[0] == 201
-    old = _worker_pids(cluster)
-    assert old
+    # The worker may be between a start and its cmdline (a loaded machine).
+    old = wait_for(lambda: _worker_pids(cluster), timeout=30)
     # A working worker marks progress and is left alone past the limit.
     alive = cluster.workdir / "logs" / "node-1" / "worker.alive"
     first = wait_for(lambda: alive.exists() and alive.stat().st_mtime, timeout=30)

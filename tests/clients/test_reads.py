@@ -1,0 +1,119 @@
+"""The delivery read batcher: many sockets' reads in one database trip."""
+
+import asyncio
+import uuid
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from clients import reads
+from queues.models import QueueEntry, QueueState
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
+
+
+def _queue(n_events: int) -> uuid.UUID:
+    client_id = uuid.uuid4()
+    state = QueueState.objects.create(client_id=client_id, conflate="false")
+    for seq in range(1, n_events + 1):
+        QueueEntry.objects.create(
+            queue=state,
+            seq=seq,
+            event_id=uuid.uuid4().hex,
+            region="r",
+            key=f"k{seq}",
+            op="create",
+            value={"n": seq},
+            version=1,
+            ts=timezone.now(),
+        )
+    state.last_seq = state.size = n_events
+    state.save()
+    return client_id
+
+
+async def test_asks_that_arrive_together_share_one_round(monkeypatch):
+    ids = [await sync_to_async(_queue)(3) for _ in range(5)]
+    rounds = []
+    real = reads._run_round
+
+    def counting(asks):
+        rounds.append(len(asks))
+        return real(asks)
+
+    monkeypatch.setattr(reads, "_run_round", counting)
+    batcher = reads.ReadBatcher()
+    results = await asyncio.gather(
+        *(
+            batcher.next_batch(client_id=pk, sent_through=1, marked_through=0, limit=10)
+            for pk in ids
+        )
+    )
+    assert rounds == [5]
+    for rows in results:
+        assert [row["seq"] for row in rows] == [2, 3]
+        assert rows[0]["value"] == {"n": 2}
+        assert rows[0]["ts"].endswith(("Z", "+00:00"))
+    delivered = await sync_to_async(
+        lambda: sorted(
+            QueueState.objects.filter(pk__in=ids).values_list(
+                "delivered_through", flat=True
+            )
+        )
+    )()
+    assert delivered == [1] * 5
+
+
+async def test_a_mark_already_recorded_is_not_written_again():
+    pk = await sync_to_async(_queue)(4)
+    await sync_to_async(QueueState.objects.filter(pk=pk).update)(delivered_through=3)
+    batcher = reads.ReadBatcher()
+    rows = await batcher.next_batch(
+        client_id=pk, sent_through=2, marked_through=0, limit=1, through=3
+    )
+    assert [row["seq"] for row in rows] == [3]
+    state = await sync_to_async(QueueState.objects.get)(pk=pk)
+    assert state.delivered_through == 3  # never moves back
+
+
+async def test_one_failing_read_fails_only_its_socket(monkeypatch):
+    good = await sync_to_async(_queue)(2)
+    bad = uuid.uuid4()
+    real = reads.queue_selectors.queue_events_after
+
+    def failing(**kwargs):
+        if kwargs["client_id"] == bad:
+            raise RuntimeError("boom")
+        return real(**kwargs)
+
+    monkeypatch.setattr(reads.queue_selectors, "queue_events_after", failing)
+    batcher = reads.ReadBatcher()
+    ok, failed = await asyncio.gather(
+        batcher.next_batch(client_id=good, sent_through=0, marked_through=0, limit=5),
+        batcher.next_batch(client_id=bad, sent_through=0, marked_through=0, limit=5),
+        return_exceptions=True,
+    )
+    assert [row["seq"] for row in ok] == [1, 2]
+    assert isinstance(failed, RuntimeError)
+    # The batcher goes on serving.
+    again = await batcher.next_batch(
+        client_id=good, sent_through=2, marked_through=0, limit=5
+    )
+    assert again == []
+
+
+async def test_a_socket_that_stops_waiting_does_not_stop_the_round():
+    ids = [await sync_to_async(_queue)(1) for _ in range(2)]
+    batcher = reads.ReadBatcher()
+    gone = asyncio.ensure_future(
+        batcher.next_batch(client_id=ids[0], sent_through=0, marked_through=0, limit=5)
+    )
+    stays = asyncio.ensure_future(
+        batcher.next_batch(client_id=ids[1], sent_through=0, marked_through=0, limit=5)
+    )
+    await asyncio.sleep(0)
+    gone.cancel()
+    rows = await asyncio.wait_for(stays, 10)
+    assert [row["seq"] for row in rows] == [1]
+    assert gone.cancelled()
