@@ -97,21 +97,30 @@ def report_queue_sizes(node: str) -> None:
 
 
 def drop_orphans() -> int:
-    hosted = queue_selectors.queue_client_ids()
+    """Drop the queues here whose client is gone or hosted elsewhere.
+
+    The queues are read first, their clients' rows second, and only the
+    queue rows read are dropped: a ``hello`` may commit a new client's row
+    and create its queue between the two reads (or drop a stale queue and
+    start afresh), and that queue is not an orphan.
+    """
+    hosted = queue_selectors.queue_created_at()
     if not hosted:
         return 0
     node = services.self_node()
     keep = {
         pk
         for pk, primary, secondaries in DurableClient.objects.filter(
-            pk__in=hosted
+            pk__in=list(hosted)
         ).values_list("pk", "primary", "secondaries")
         if node in (primary, *secondaries)
     }
     # A queue is created just after its client row commits, never before, so
     # a queue without a row is one whose client was deleted; a queue whose
     # client moved to other hosts is a stale copy.
-    return queue_services.queue_drop_orphans(keep=keep)
+    return queue_services.queue_drop_orphans(
+        orphans={pk: at for pk, at in hosted.items() if pk not in keep}
+    )
 
 
 def prune_event_log() -> int:

@@ -110,6 +110,12 @@ def queue_client_ids() -> list[uuid.UUID]:
     return list(QueueState.objects.values_list("client_id", flat=True))
 
 
+def queue_created_at() -> dict[uuid.UUID, Any]:
+    """When each queue on this node was created: a queue dropped and created
+    again is told from the one before (``queues.services.queue_drop_orphans``)."""
+    return dict(QueueState.objects.values_list("client_id", "created_at"))
+
+
 def fanout_cursor(*, node: str) -> int:
     """How far this node's fan-out has read the cluster event log."""
     found = FanoutCursor.objects.filter(node=node).values_list(

@@ -5,7 +5,7 @@ Every function here touches only the ``node`` database alias.
 """
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -411,17 +411,26 @@ def queue_drop(*, client_id: uuid.UUID) -> bool:
         return QueueState.objects.filter(pk=client_id).delete()[0] > 0
 
 
-def queue_drop_orphans(*, keep: Iterable[uuid.UUID]) -> int:
-    """Delete queues whose client is gone from the cluster; return the count."""
-    keep_set = set(keep)
-    orphans = [
-        pk
-        for pk in QueueState.objects.values_list("client_id", flat=True)
-        if pk not in keep_set
-    ]
-    for pk in orphans:
-        queue_drop(client_id=pk)
-    return len(orphans)
+def queue_drop_orphans(*, orphans: Mapping[uuid.UUID, Any]) -> int:
+    """Delete the queues judged orphaned; return how many went.
+
+    ``orphans`` maps each client id to the ``created_at`` of the queue row
+    that was judged. Only that row is deleted: a queue created since (a
+    ``hello`` that starts the client afresh here after the judgement) is
+    another queue, and the next sweep judges it with its client's row.
+    """
+    dropped = 0
+    for pk, created_at in orphans.items():
+        with transaction.atomic(using=NODE_STORE):
+            judged = QueueState.objects.select_for_update().filter(
+                pk=pk, created_at=created_at
+            )
+            if judged.first() is None:
+                continue
+            QueueEntry.objects.filter(queue_id=pk).delete()
+            judged.delete()
+            dropped += 1
+    return dropped
 
 
 def cursor_lock(node: str) -> FanoutCursor:

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from clients import fanout, maintenance, services
@@ -55,6 +56,73 @@ def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
     DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
     assert maintenance.drop_orphans() == 1
     assert queue_selectors.queue_size(client_id=client.id) == -2
+
+
+class _Meanwhile:
+    """Run ``step`` once at a chosen point of an orphan sweep, as a
+    ``hello`` on another thread of the node would.
+
+    ``before_clients``: just before the sweep reads the clients' rows
+    (it has read which queues this node holds). Otherwise: at the sweep's
+    first statement on the node store after that read (it has judged).
+    """
+
+    def __init__(self, step, *, before_clients):
+        self.step, self.before_clients = step, before_clients
+        self.clients_read = False
+        self.result = None
+
+    def _run(self):
+        self.result = False  # the step's own statements do not trigger it
+        self.result = self.step()
+
+    def on_default(self, execute, sql, params, many, context):
+        if "clients_durableclient" in sql and self.result is None:
+            if self.before_clients:
+                self._run()
+            else:
+                self.clients_read = True
+        return execute(sql, params, many, context)
+
+    def on_node(self, execute, sql, params, many, context):
+        if self.clients_read and self.result is None:
+            self._run()
+        return execute(sql, params, many, context)
+
+    def sweep(self):
+        with (
+            connections["default"].execute_wrapper(self.on_default),
+            connections["node"].execute_wrapper(self.on_node),
+        ):
+            maintenance.drop_orphans()
+        assert self.result, "the step did not run"
+        return self.result
+
+
+def test_a_queue_created_while_orphans_are_swept_is_kept(user, region):
+    connected(user, "before")  # the sweep only runs when queues exist
+    meanwhile = _Meanwhile(lambda: connected(user, "late"), before_clients=True)
+    late = meanwhile.sweep()
+    assert queue_selectors.queue_size(client_id=late.id) == 0
+
+
+def test_a_queue_started_afresh_while_orphans_are_swept_is_kept(user, region):
+    """The sweep judged a stale queue (its client is hosted elsewhere); a
+    hello meanwhile dropped it and started the client afresh here: the new
+    queue is not the one judged."""
+    client = connected(user, "afresh")
+    DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
+
+    def start_afresh():
+        queue_services.queue_drop(client_id=client.id)
+        DurableClient.objects.filter(pk=client.pk).update(primary="node-1")
+        queue_services.queue_ensure(
+            client_id=client.id, durable_id="afresh", conflate="server"
+        )
+        return client
+
+    _Meanwhile(start_afresh, before_clients=False).sweep()
+    assert queue_selectors.queue_size(client_id=client.id) == 0
 
 
 def test_tick_runs_every_step(user, region):
