@@ -406,9 +406,25 @@ def queue_reset_delivery(*, client_id: uuid.UUID) -> None:
 
 def queue_drop(*, client_id: uuid.UUID) -> bool:
     """Delete a client's queue on this node; return whether it existed."""
+    return _drop_locked(QueueState.objects.filter(pk=client_id))
+
+
+def _drop_locked(queue: Any) -> bool:
+    """Delete one queue (a one-row QueueState queryset) and its entries.
+
+    The head row is locked first, as the fan-out locks it to append: an
+    append in flight commits before the entries are deleted (they go too),
+    one that comes later finds no queue. Deleting the entries unlocked
+    left an append committed in between referencing a deleted head, and
+    the drop failed at commit (foreign key).
+    """
     with transaction.atomic(using=NODE_STORE):
-        QueueEntry.objects.filter(queue_id=client_id).delete()
-        return QueueState.objects.filter(pk=client_id).delete()[0] > 0
+        state = queue.select_for_update().first()
+        if state is None:
+            return False
+        QueueEntry.objects.filter(queue_id=state.client_id).delete()
+        QueueState.objects.filter(pk=state.client_id).delete()
+    return True
 
 
 def queue_drop_orphans(*, orphans: Mapping[uuid.UUID, Any]) -> int:
@@ -419,18 +435,10 @@ def queue_drop_orphans(*, orphans: Mapping[uuid.UUID, Any]) -> int:
     ``hello`` that starts the client afresh here after the judgement) is
     another queue, and the next sweep judges it with its client's row.
     """
-    dropped = 0
-    for pk, created_at in orphans.items():
-        with transaction.atomic(using=NODE_STORE):
-            judged = QueueState.objects.select_for_update().filter(
-                pk=pk, created_at=created_at
-            )
-            if judged.first() is None:
-                continue
-            QueueEntry.objects.filter(queue_id=pk).delete()
-            judged.delete()
-            dropped += 1
-    return dropped
+    return sum(
+        _drop_locked(QueueState.objects.filter(pk=pk, created_at=created_at))
+        for pk, created_at in orphans.items()
+    )
 
 
 def cursor_lock(node: str) -> FanoutCursor:
