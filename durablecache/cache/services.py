@@ -127,27 +127,77 @@ def _locked_entry(region: Region, key: str) -> Entry | None:
     return entry
 
 
+# Keys per statement when many are looked up at once (SQLite's default
+# limit on host parameters is 32766; PostgreSQL's 65535).
+_KEYS_PER_LOOKUP = 2000
+
+
+def _locked_entries(region: Region, keys: list[str]) -> dict[str, Entry]:
+    """The entry rows of ``keys`` that exist, locked, by key."""
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    found: dict[str, Entry] = {}
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for start in range(0, len(keys), _KEYS_PER_LOOKUP):
+            chunk = keys[start : start + _KEYS_PER_LOOKUP]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"SELECT id, {quote('key')}, version, is_destroyed FROM {_table(Entry)}"  # noqa: S608
+                f" WHERE region_id = %s AND {quote('key')} IN ({marks}){lock}",
+                [region.pk, *chunk],
+            )
+            for pk, key, version, is_destroyed in cursor.fetchall():
+                entry = Entry.from_db(
+                    connection.alias,
+                    ["id", "region_id", "key", "version", "is_destroyed"],
+                    [pk, region.pk, key, version, bool(is_destroyed)],
+                )
+                entry.region = region
+                found[key] = entry
+    return found
+
+
 _ENTRY_FIELDS = [f for f in Entry._meta.concrete_fields if not f.primary_key]
+
+
+def _entry_values(entry: Entry) -> list[Any]:
+    return [
+        f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_FIELDS
+    ]
+
+
+def _update_entry_sql() -> str:
+    quote = connection.ops.quote_name
+    sets = ", ".join(f"{quote(f.column)} = %s" for f in _ENTRY_FIELDS)
+    return f"UPDATE {_table(Entry)} SET {sets} WHERE id = %s"  # noqa: S608
+
+
+def _save_entries(to_create: list[Entry], to_update: list[Entry]) -> None:
+    """Insert and update many entry rows after ``_change``, one
+    ``executemany`` each (Django's bulk_update builds a CASE per column and
+    row, which cost more than the rest of a putall)."""
+    with connection.cursor() as cursor:
+        if to_create:
+            cursor.executemany(
+                _insert_sql(Entry, _ENTRY_FIELDS),
+                [_entry_values(e) for e in to_create],
+            )
+        if to_update:
+            cursor.executemany(
+                _update_entry_sql(), [[*_entry_values(e), e.pk] for e in to_update]
+            )
 
 
 def _save_entry(entry: Entry) -> None:
     """Insert or update one entry row after ``_change``."""
-    values = [
-        f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_FIELDS
-    ]
+    values = _entry_values(entry)
     with connection.cursor() as cursor:
         if entry.pk is None:
             cursor.execute(_insert_sql(Entry, _ENTRY_FIELDS) + " RETURNING id", values)
             entry.pk = cursor.fetchone()[0]
             entry._state.adding = False
         else:
-            sets = ", ".join(
-                f"{connection.ops.quote_name(f.column)} = %s" for f in _ENTRY_FIELDS
-            )
-            cursor.execute(
-                f"UPDATE {_table(Entry)} SET {sets} WHERE id = %s",  # noqa: S608
-                [*values, entry.pk],
-            )
+            cursor.execute(_update_entry_sql(), [*values, entry.pk])
 
 
 def region_create(*, name: str, conflate_events: bool = False) -> Region:
@@ -222,12 +272,7 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
     with transaction.atomic():
         before = _lock_log(len(entries))
         reg = _region(region)
-        existing = {
-            e.key: e
-            for e in Entry.objects.select_for_update().filter(
-                region=reg, key__in=list(entries)
-            )
-        }
+        existing = _locked_entries(reg, list(entries))
         to_create: list[Entry] = []
         to_update: list[Entry] = []
         specs: list[dict[str, Any]] = []
@@ -237,10 +282,7 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
             entry, spec = _change(reg, old, key, op, entries[key])
             (to_create if old is None else to_update).append(entry)
             specs.append(spec)
-        Entry.objects.bulk_create(to_create)
-        Entry.objects.bulk_update(
-            to_update, ["value", "version", "is_destroyed", "updated_at"]
-        )
+        _save_entries(to_create, to_update)
         return _append_events(before, specs)
 
 

@@ -365,6 +365,26 @@ def test_putall_writes_every_key_with_one_event_each(api, region):
     assert selectors.entry_get(region="prices", key="b").value == {"x": None}
 
 
+def test_putall_over_many_existing_destroyed_and_new_keys(region, monkeypatch):
+    # Lookups go in chunks: make them small so several are needed.
+    monkeypatch.setattr(services, "_KEYS_PER_LOOKUP", 7)
+    services.entry_putall(region="prices", entries={f"k{i:02}": i for i in range(20)})
+    services.entry_destroy(region="prices", key="k03")
+    events = services.entry_putall(
+        region="prices", entries={f"k{i:02}": -i for i in range(30)}
+    )
+    got = {e.key: (e.op, e.version) for e in events}
+    assert got["k00"] == ("update", 2)
+    assert got["k03"] == ("create", 3)  # re-created: continues from its version
+    assert got["k25"] == ("create", 1)
+    assert len(got) == 30
+    rows = {e.key: (e.value, e.version, e.is_destroyed) for e in Entry.objects.all()}
+    assert rows["k03"] == (-3, 3, False)
+    assert rows["k19"] == (-19, 2, False)
+    assert rows["k29"] == (-29, 1, False)
+    assert len(rows) == 30
+
+
 @pytest.mark.parametrize(
     "entries",
     [
