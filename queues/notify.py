@@ -5,14 +5,17 @@ until the consumer's next poll (DURABLECACHE_POLL_S), it never loses data.
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import os
 import queue
 import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 log = logging.getLogger(__name__)
 # A doorbell that Redis does not take in this time is given up (the poll
@@ -44,6 +47,64 @@ async def aring(group: str, message: dict[str, Any]) -> None:
                 log.warning("channel layer send to %s failed: %s", group, exc)
 
 
+class _LayerLoop:
+    """One event loop per process, in a daemon thread, for the channel-layer
+    sends of sync code (Celery worker threads, request threads, daemon
+    threads).
+
+    ``async_to_sync`` outside an async context makes a new event loop per
+    call, and channels_redis keeps its connections per loop: every such
+    doorbell opened (and closed) a Redis connection, and redis-py read its
+    package metadata for each — ~10 % of Daphne's CPU while clients connect
+    and of the worker's in fan-out (docs/performance.md). Here the loop,
+    and so the connections, live as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.pid = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self.lock:
+            alive = self.thread is not None and self.thread.is_alive()
+            if self.loop is None or not alive or self.pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="channel-layer", daemon=True
+                )
+                thread.start()
+                self.loop, self.thread, self.pid = loop, thread, os.getpid()
+            return self.loop
+
+    def run(self, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``make()`` on the loop and wait for it (bounded: ``aring``
+        gives up after two timeouts)."""
+        future = asyncio.run_coroutine_threadsafe(make(), self._running_loop())
+        try:
+            future.result(timeout=2 * SEND_TIMEOUT_S + 1)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            log.warning("channel layer send did not finish; given up")
+
+
+_layer_loop = _LayerLoop()
+
+
+def _send_sync(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a channel-layer coroutine from sync code and wait for it.
+
+    The in-memory layer (tests without Redis) hands messages to queues of
+    the consumer's own loop, so it keeps asgiref's ``async_to_sync``, which
+    runs the coroutine on that loop when called under ``sync_to_async``.
+    """
+    if isinstance(get_channel_layer(), InMemoryChannelLayer):
+        async_to_sync(make)()
+    else:
+        _layer_loop.run(make)
+
+
 def wake_group(node: str) -> str:
     """The Daphne processes of ``node`` (clients.wakeups.WakeHub)."""
     return f"wake.{node}"
@@ -67,17 +128,19 @@ def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
             chunk = ids[start : start + WAKE_CHUNK]
             await aring(group, {"type": "queue.wakeup_many", "clients": chunk})
 
-    async_to_sync(send_all)()
+    _send_sync(send_all)
 
 
 def close_client(client_id: Any, code: int) -> None:
     """Ask the consumer holding this client's socket to close it with ``code``."""
-    async_to_sync(aring)(group_for(client_id), {"type": "queue.close", "code": code})
+    message = {"type": "queue.close", "code": code}
+    _send_sync(lambda: aring(group_for(client_id), message))
 
 
 def close_node(node: str, code: int) -> None:
     """Ask every consumer on ``node`` to close its socket with ``code``."""
-    async_to_sync(aring)(node_group(node), {"type": "node.close", "code": code})
+    message = {"type": "node.close", "code": code}
+    _send_sync(lambda: aring(node_group(node), message))
 
 
 DASHBOARD_GROUP = "dashboard"
@@ -110,9 +173,12 @@ class _Feed:
     def _run(self) -> None:
         while True:
             message = self.pending.get()
-            async_to_sync(aring)(
-                DASHBOARD_GROUP, {"type": "dashboard.update", "update": message}
-            )
+            update = {"type": "dashboard.update", "update": message}
+
+            async def send(update: dict[str, Any] = update) -> None:
+                await aring(DASHBOARD_GROUP, update)
+
+            _send_sync(send)
 
 
 _feed = _Feed()
