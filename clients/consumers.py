@@ -34,7 +34,6 @@ from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
 from queues import notify
 from queues import selectors as queue_selectors
-from queues import services as queue_services
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +293,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             raise ValidationError("up_to must be a non-negative integer seq")
         if up_to > self.sent_through:
             raise ValidationError(f"up_to {up_to} is beyond the last seq sent")
-        await db(queue_services.queue_ack)(client_id=self.client.id, up_to=up_to)
+        await reads.batcher().ack(client_id=self.client.id, up_to=up_to)
         if self.client.is_durable:
             replication.ack_relay.add(self.client.id, up_to)
 

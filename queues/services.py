@@ -4,6 +4,7 @@ Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
 Every function here touches only the ``node`` database alias.
 """
 
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -225,31 +226,58 @@ def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
     query here (docs/performance.md).
     """
     connection = connections[NODE_STORE]
+    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
+        return _ack(cursor, connection, client_id, up_to)
+
+
+def queue_ack_and_mark_many(
+    *, acks: list[tuple[uuid.UUID, int]], marks: dict[uuid.UUID, int]
+) -> list[int]:
+    """Apply many sockets' acks and record their delivered-through marks in
+    one transaction (one write lock of the node store instead of one per
+    ack: the fan-out's appends wait for each); return the rows each ack
+    dropped."""
+    if not acks and not marks:
+        return []
+    connection = connections[NODE_STORE]
+    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
+        # Row locks in id order, like every other multi-queue write here.
+        order = sorted(range(len(acks)), key=lambda i: acks[i][0])
+        dropped = [0] * len(acks)
+        for i in order:
+            dropped[i] = _ack(cursor, connection, *acks[i])
+        _mark_delivered(cursor, connection, marks)
+    return dropped
+
+
+@functools.cache
+def _ack_sql(vendor: str) -> tuple[str, str, str]:
+    connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = _table(QueueState), _table(QueueEntry)
-    pk = _state_pk(client_id, connection)
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT acked_through, size FROM {state_table}"  # noqa: S608
-            f" WHERE client_id = %s{lock}",
-            [pk],
-        )
-        row = cursor.fetchone()
-        if row is None or up_to <= row[0]:
-            return 0
-        cursor.execute(
-            f"DELETE FROM {entry_table} WHERE queue_id = %s"  # noqa: S608
-            f" AND {quote('seq')} <= %s",
-            [pk, up_to],
-        )
-        deleted = max(0, cursor.rowcount)
-        cursor.execute(
-            f"UPDATE {state_table} SET acked_through = %s,"  # noqa: S608
-            " delivered_through = CASE WHEN delivered_through < %s THEN %s"
-            " ELSE delivered_through END, size = %s WHERE client_id = %s",
-            [up_to, up_to, up_to, max(0, row[1] - deleted), pk],
-        )
+    return (
+        f"SELECT acked_through, size FROM {state_table}"  # noqa: S608
+        f" WHERE client_id = %s{lock}",
+        f"DELETE FROM {entry_table} WHERE queue_id = %s"  # noqa: S608
+        f" AND {quote('seq')} <= %s",
+        f"UPDATE {state_table} SET acked_through = %s,"  # noqa: S608
+        " delivered_through = CASE WHEN delivered_through < %s THEN %s"
+        " ELSE delivered_through END, size = %s WHERE client_id = %s",
+    )
+
+
+def _ack(cursor: Any, connection: Any, client_id: uuid.UUID, up_to: int) -> int:
+    """One ack, inside the caller's transaction."""
+    select, delete, update = _ack_sql(connection.vendor)
+    pk = _state_pk(client_id, connection)
+    cursor.execute(select, [pk])
+    row = cursor.fetchone()
+    if row is None or up_to <= row[0]:
+        return 0
+    cursor.execute(delete, [pk, up_to])
+    deleted = max(0, cursor.rowcount)
+    cursor.execute(update, [up_to, up_to, up_to, max(0, row[1] - deleted), pk])
     return deleted
 
 
@@ -379,20 +407,26 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
 
 def queue_mark_delivered_many(marks: dict[uuid.UUID, int]) -> None:
     """Record, per queue, that its session has sent everything through the
-    given seq: one statement for many queues (one write lock on SQLite,
+    given seq: one transaction for many queues (one write lock on SQLite,
     whose waiting writers sleep and back off)."""
     if not marks:
         return
     connection = connections[NODE_STORE]
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {_table(QueueState)} SET delivered_through = %s"  # noqa: S608
-            " WHERE client_id = %s AND delivered_through < %s",
-            [
-                (through, _state_pk(pk, connection), through)
-                for pk, through in sorted(marks.items())
-            ],
-        )
+    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
+        _mark_delivered(cursor, connection, marks)
+
+
+def _mark_delivered(cursor: Any, connection: Any, marks: dict[uuid.UUID, int]) -> None:
+    if not marks:
+        return
+    cursor.executemany(
+        f"UPDATE {_table(QueueState)} SET delivered_through = %s"  # noqa: S608
+        " WHERE client_id = %s AND delivered_through < %s",
+        [
+            (through, _state_pk(pk, connection), through)
+            for pk, through in sorted(marks.items())
+        ],
+    )
 
 
 def queue_reset_delivery(*, client_id: uuid.UUID) -> None:

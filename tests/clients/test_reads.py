@@ -38,9 +38,9 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
     rounds = []
     real = reads._run_round
 
-    def counting(asks):
+    def counting(asks, acks):
         rounds.append(len(asks))
-        return real(asks)
+        return real(asks, acks)
 
     monkeypatch.setattr(reads, "_run_round", counting)
     batcher = reads.ReadBatcher()
@@ -117,3 +117,67 @@ async def test_a_socket_that_stops_waiting_does_not_stop_the_round():
     rows = await asyncio.wait_for(stays, 10)
     assert [row["seq"] for row in rows] == [1]
     assert gone.cancelled()
+
+
+async def test_acks_and_reads_that_arrive_together_share_one_transaction(
+    monkeypatch,
+):
+    ids = [await sync_to_async(_queue)(4) for _ in range(3)]
+    transactions = []
+    real = reads.queue_services.queue_ack_and_mark_many
+
+    def counting(*, acks, marks):
+        transactions.append((sorted(acks), dict(marks)))
+        return real(acks=acks, marks=marks)
+
+    monkeypatch.setattr(reads.queue_services, "queue_ack_and_mark_many", counting)
+    batcher = reads.ReadBatcher()
+    dropped, _, rows = await asyncio.gather(
+        batcher.ack(client_id=ids[0], up_to=2),
+        batcher.ack(client_id=ids[1], up_to=4),
+        batcher.next_batch(client_id=ids[2], sent_through=3, marked_through=0, limit=5),
+    )
+    assert len(transactions) == 1
+    assert transactions[0] == (sorted([(ids[0], 2), (ids[1], 4)]), {ids[2]: 3})
+    assert dropped == 2
+    assert [row["seq"] for row in rows] == [4]
+
+    def state(pk):
+        s = QueueState.objects.get(pk=pk)
+        left = list(
+            QueueEntry.objects.filter(queue_id=pk)
+            .order_by("seq")
+            .values_list("seq", flat=True)
+        )
+        return s.acked_through, s.delivered_through, s.size, left
+
+    assert await sync_to_async(state)(ids[0]) == (2, 2, 2, [3, 4])
+    assert await sync_to_async(state)(ids[1]) == (4, 4, 0, [])
+    assert await sync_to_async(state)(ids[2]) == (0, 3, 4, [1, 2, 3, 4])
+
+
+async def test_an_ack_at_or_below_the_last_one_drops_nothing():
+    pk = await sync_to_async(_queue)(3)
+    batcher = reads.ReadBatcher()
+    assert await batcher.ack(client_id=pk, up_to=2) == 2
+    assert await batcher.ack(client_id=pk, up_to=1) == 0
+    assert await batcher.ack(client_id=pk, up_to=3) == 1
+
+
+async def test_a_failed_ack_transaction_fails_its_acks_and_reads(monkeypatch):
+    pk = await sync_to_async(_queue)(2)
+
+    def failing(*, acks, marks):
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(reads.queue_services, "queue_ack_and_mark_many", failing)
+    batcher = reads.ReadBatcher()
+    acked, read = await asyncio.gather(
+        batcher.ack(client_id=pk, up_to=1),
+        batcher.next_batch(client_id=pk, sent_through=1, marked_through=0, limit=5),
+        return_exceptions=True,
+    )
+    assert isinstance(acked, RuntimeError)
+    assert isinstance(read, RuntimeError)
+    monkeypatch.undo()
+    assert await batcher.ack(client_id=pk, up_to=1) == 1  # it goes on serving
