@@ -73,6 +73,7 @@ def database_config(url: str, *, sqlite_default_path: str) -> dict:
     except ValueError as exc:
         raise ImproperlyConfigured(f"bad database URL {url!r}: {exc}") from exc
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["ENGINE"] = "durablecache.sqlite3"
         name = str(config.get("NAME") or "")
         if name and name != ":memory:":
             Path(name).parent.mkdir(parents=True, exist_ok=True)
