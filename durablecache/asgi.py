@@ -9,7 +9,10 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 django.setup(set_prefix=False)
 
+from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
 from durablecache.http import PooledASGIHandler  # noqa: E402
+
+quiet_frame_logging()
 
 django_asgi_app = PooledASGIHandler()
 
