@@ -370,8 +370,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
         for event in rows:
-            event["replay"] = replay
-            await self.send(protocol.dumps({"type": "event", **event}))
+            await self.send(protocol.event_frame(event, replay=replay))
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]

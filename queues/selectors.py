@@ -1,7 +1,6 @@
 """Reads of this node's store, shaped for the consumer and the API."""
 
 import functools
-import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -66,8 +65,9 @@ def ts_text(ts: datetime) -> str:
 def queue_events_after(
     *, client_id: uuid.UUID, after: int, limit: int, through: int | None = None
 ) -> list[dict[str, Any]]:
-    """Like ``queue_entries_after`` but as public event objects, for the
-    delivery loop.
+    """Like ``queue_entries_after`` but as public event fields, for the
+    delivery loop; the value stays the JSON text stored (``value_json``),
+    which the frame embeds as is (``clients.protocol.event_frame``).
 
     One statement in SQL, no queryset: this runs once per socket per batch,
     and building and compiling the ORM query cost about 0.7 ms of CPU here,
@@ -94,7 +94,7 @@ def queue_events_after(
             "region": region,
             "key": key,
             "op": op,
-            "value": None if value is None else json.loads(value),
+            "value_json": "null" if value is None else value,
             "version": version,
             "ts": ts_text(ts),
         }

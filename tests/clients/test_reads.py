@@ -1,6 +1,7 @@
 """The delivery read batcher: many sockets' reads in one database trip."""
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -53,7 +54,7 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
     assert rounds == [5]
     for rows in results:
         assert [row["seq"] for row in rows] == [2, 3]
-        assert rows[0]["value"] == {"n": 2}
+        assert json.loads(rows[0]["value_json"]) == {"n": 2}
         assert rows[0]["ts"].endswith(("Z", "+00:00"))
     delivered = await sync_to_async(
         lambda: sorted(
