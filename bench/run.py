@@ -1,10 +1,13 @@
 """``make bench``: durablecache and Mosquitto side by side, in one bounded run.
 
 Starts a one-node cluster (tests.integration.harness: embedded Redis and
-SQLite, or PostgreSQL/Redis when DURABLECACHE_DATABASE_URL/REDIS_URL are set),
-a private Mosquitto and a bare Daphne echo app, all on 127.0.0.1; runs every
-scenario in rounds while the time budget allows (up to 3), prints a table and
-writes bench/results.json. Every process it starts is ended by its pid.
+SQLite, or PostgreSQL/Redis when DURABLECACHE_DATABASE_URL/REDIS_URL are set;
+a second node joins for the redundancy-1 enqueue only), a private Mosquitto
+and a bare Daphne echo app, all on 127.0.0.1; runs every scenario in rounds
+while the time budget allows (up to 3), then grows one offline queue towards
+1,000,000 events (bench.growth) and SIGKILLs a primary 5 times on a 3-node
+cluster (bench.failover); prints a table and writes bench/results.json.
+Every process it starts is ended by its pid or process group.
 """
 
 import argparse
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dc, fanout, mqtt
+from bench import dc, failover, fanout, growth, mqtt
 from bench.common import Rest, daphne_process, rss_settled, summary, wait_until
 from tests.integration.harness import Cluster, free_port
 
@@ -39,6 +42,10 @@ TARGETS = {
     "fanout_p99": ("durablecache p99/mosquitto p99", "<=", 3.0),
     "memory": ("durablecache/bare daphne per client", "<=", 1.5),
 }
+# Figures with an absolute bound instead of a ratio to Mosquitto.
+NODE_TIMEOUT_S = 5.0
+FAILOVER_BOUND_S = NODE_TIMEOUT_S + 1.0
+RSS_FLAT = 0.20
 
 
 def out(line: str = "") -> None:
@@ -102,12 +109,9 @@ class Bench:
     def start(self) -> None:
         self.cluster.migrate()
         base = self.cluster.start_node("node-1")
-        # A second node for the redundancy-1 enqueue (2-node cluster).
-        second = self.cluster.start_node("node-2")
         self.ws_url = self.cluster.ws_url("node-1")
         self.token = self.cluster.token("bench", operator=True)
         self.rest = Rest(base, self.token)
-        self.rests = {"node-1": self.rest, "node-2": Rest(second, self.token)}
         self.rest.ok(
             "POST", "/api/v1/regions/", {"name": REGION, "conflate_events": False}
         )
@@ -152,14 +156,18 @@ class Bench:
             asyncio.run(dc.replay(self.ws_url, self.token, f"{tag}-replay", a.replay)),
         )
         self.record("replay", "mosquitto", mqtt.replay(port, f"{tag}-replay", a.replay))
-        # 2a'. The same putall enqueue into a queue with a copy on node-2.
-        self.record(
-            "enqueue_putall_r1",
-            "durablecache",
-            dc.enqueue_putall_redundant(
-                self.ws_url, self.rests, self.token, REGION, f"{tag}-r1", a.replay
-            ),
-        )
+        # 2a'. The same putall enqueue into a queue with a copy on node-2:
+        # a 2-node cluster for this scenario only (every node fans every
+        # write out, so a second node would also load the 1-node scenarios).
+        second = self.cluster.start_node("node-2")
+        rests = {"node-1": self.rest, "node-2": Rest(second, self.token)}
+        try:
+            rate = dc.enqueue_putall_redundant(
+                self.ws_url, rests, self.token, REGION, f"{tag}-r1", a.replay
+            )
+        finally:
+            self.cluster.stop_node("node-2")
+        self.record("enqueue_putall_r1", "durablecache", rate)
         self.record(
             "enqueue_putall_r1",
             "mosquitto",
@@ -188,6 +196,21 @@ class Bench:
             ),
         )
         self.record("fanout", "mosquitto", fanout.run_mqtt(port, f"{tag}-fan", *fan))
+
+    def queue_growth(self, deadline: float) -> dict[str, Any]:
+        """4b. Node RSS and the pending-count time while one queue grows."""
+        return growth.run(
+            self.ws_url,
+            self.rest,
+            self.token,
+            REGION,
+            self.cluster.nodes["node-1"]["proc"].pid,
+            "growth",
+            target=self.args.growth_events,
+            step=self.args.growth_step,
+            deadline=deadline,
+            log=out,
+        )
 
     def memory_dc(self, tag: str) -> float:
         async def run() -> float:
@@ -364,29 +387,105 @@ def machine() -> dict[str, Any]:
     }
 
 
+def failover_figures(workdir: Path, kills: int) -> dict[str, Any]:
+    """5. SIGKILL a connected client's primary ``kills`` times (bench.failover,
+    3 nodes, redundancy 1, DESIGN's heartbeat and node timeout)."""
+    run = failover.run_mode(workdir, probe=True, kills=kills)
+    resumed = [r["resumed_s"] for r in run["rounds"]]
+    return {
+        "resumed_s": summary(resumed),
+        "redundant_s": summary([r["redundant_s"] for r in run["rounds"]]),
+        "events": run["events"],
+        "exactly_once": run["exactly_once"],
+        "target": {
+            "ratio": "seconds from SIGKILL to receiving again, worst of the kills",
+            "op": "<=",
+            "bound": FAILOVER_BOUND_S,
+            "met": max(resumed) <= FAILOVER_BOUND_S and run["exactly_once"],
+        },
+    }
+
+
+def growth_target(g: dict[str, Any]) -> dict[str, Any]:
+    """RSS flat (within 20 %) from the first step to 1,000,000 events."""
+    reached = g["reached_events"] >= g["target_events"]
+    flat = abs(g.get("rss_change", 1.0)) <= RSS_FLAT
+    first = g["points"][0]["events"] if g["points"] else 0
+    return {
+        "ratio": f"node RSS change from {first} to {g['target_events']} queued events",
+        "op": "<=",
+        "bound": RSS_FLAT,
+        "met": reached and flat,
+        "note": "" if reached else f"only {g['reached_events']} reached in the budget",
+    }
+
+
+def extra_rows(result: dict[str, Any]) -> list[str]:
+    lines = []
+    if "queue_growth" in result:
+        g = result["queue_growth"]
+        pts = g["points"]
+        if pts:
+            first, last = pts[0], pts[-1]
+            t = g["target"]
+            lines.append(
+                f"queue growth: {first['events']} -> {last['events']} queued events "
+                f"({g['rate_ev_s']:.0f} ev/s): node RSS {first['rss_mib']} -> "
+                f"{last['rss_mib']} MiB ({g.get('rss_change', 0):+.1%}; target "
+                f"within +-{RSS_FLAT:.0%} up to {g['target_events']}: "
+                f"{'yes' if t['met'] else 'NO'}{'; ' + t['note'] if t['note'] else ''})"
+            )
+            lines.append(
+                f"pending count via REST: {first['pending_ms']} ms at "
+                f"{first['events']} events, {last['pending_ms']} ms at {last['events']}"
+            )
+    if "failover" in result:
+        f = result["failover"]
+        r = f["resumed_s"]
+        lines.append(
+            f"failover ({r['runs']} SIGKILLs of the primary, redundancy 1): receiving "
+            f"again after {r['median']:.3f} s median [{r['min']:.3f}-{r['max']:.3f}]; "
+            f"target <= node timeout + 1 s = {FAILOVER_BOUND_S:.0f} s: "
+            f"{'yes' if f['target']['met'] else 'NO'}; {f['events']} events, "
+            f"exactly once: {f['exactly_once']}"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--budget", type=float, default=570, help="seconds")
+    parser.add_argument("--budget", type=float, default=580, help="seconds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--replay", type=int, default=20000)
-    parser.add_argument("--puts", type=int, default=1000)
+    parser.add_argument("--puts", type=int, default=500)
     parser.add_argument("--fanout-clients", type=int, default=100)
     parser.add_argument("--fanout-rate", type=int, default=100)
-    parser.add_argument("--fanout-seconds", type=float, default=10)
+    parser.add_argument("--fanout-seconds", type=float, default=20)
     parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--growth-events", type=int, default=1_000_000)
+    parser.add_argument("--growth-step", type=int, default=100_000)
+    parser.add_argument(
+        "--growth-min", type=float, default=60, help="seconds kept for queue growth"
+    )
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument(
+        "--failover-reserve", type=float, default=80, help="seconds kept for failover"
+    )
     parser.add_argument("--output", default=str(HERE / "results.json"))
     args = parser.parse_args()
     began = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="durablecache-bench-"))
     bench = Bench(args, workdir)
     rounds_done = 0
+    extra: dict[str, Any] = {}
+    end_of_rounds = args.budget - args.failover_reserve - args.growth_min
     try:
         bench.start()
         out(f"setup {time.monotonic() - began:.1f}s; workdir {workdir}")
         last = 0.0
         for r in range(1, args.rounds + 1):
-            left = args.budget - (time.monotonic() - began)
-            if r > 1 and left < last * 1.2:
+            left = end_of_rounds - (time.monotonic() - began)
+            if r > 1 and left < last * 1.1:
                 out(f"round {r} skipped: {left:.0f}s left, a round takes {last:.0f}s")
                 break
             out(f"round {r}")
@@ -394,12 +493,23 @@ def main() -> int:
             bench.round(r)
             last = time.monotonic() - t0
             rounds_done = r
+            out(f"round {r} took {last:.0f}s")
+        if args.growth_events > 0:
+            out("queue growth")
+            g = bench.queue_growth(began + args.budget - args.failover_reserve)
+            g["target"] = growth_target(g)
+            extra["queue_growth"] = g
     finally:
         bench.stop()
+    try:
+        if args.kills > 0:
+            out(f"failover: {args.kills} kills")
+            extra["failover"] = failover_figures(workdir / "failover", args.kills)
+    finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result = figures(bench.raw)
+    result = {**figures(bench.raw), **extra}
     wall = time.monotonic() - began
-    lines = table(result, args)
+    lines = table(result, args) + extra_rows(result)
     out()
     out(
         f"durablecache vs mosquitto, {rounds_done} round(s): median [min-max]; "
@@ -417,9 +527,9 @@ def main() -> int:
         "raw": bench.raw,
         "table": lines,
         "not_measured": [
-            "failover time: measured by `make bench-failover` (bench/failover.json)",
-            "enqueue R1 and replay on PostgreSQL in the same run",
-            "node RSS while one offline queue grows to 1,000,000 events",
+            "enqueue R1 on PostgreSQL: run `make bench` with "
+            "DURABLECACHE_DATABASE_URL/DURABLECACHE_REDIS_URL set "
+            "(docs/performance.md)",
         ],
     }
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
