@@ -63,6 +63,15 @@ clean:
 bench-failover: install
 	timeout -s INT -k 30 900 $(PY) -m bench.failover
 
+# One offline queue grown to 1,000,000 events alone (node RSS and the
+# pending-count time every 100k); make bench grows it as far as its
+# 10 minutes allow. Writes bench/growth.json. See docs/performance.md.
+.PHONY: bench-growth
+bench-growth: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	timeout -s INT -k 30 480 $(PY) -m bench.run --rounds 0 --kills 0 \
+	  --budget 450 --failover-reserve 0 --output bench/growth.json
+
 # Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
 # prints a table and writes bench/results.json. See docs/performance.md.
 .PHONY: bench
