@@ -9,6 +9,7 @@ user comes back with the fields permissions read; any other field loads
 on first use, as a deferred field does.
 """
 
+import functools
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -18,6 +19,8 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 
+from durablecache.cache import sql
+
 # In the model's field order (Model.from_db maps values in that order).
 _USER_FIELDS = tuple(
     f.attname
@@ -25,20 +28,20 @@ _USER_FIELDS = tuple(
     if f.attname in {"id", "username", "is_active", "is_staff", "is_superuser"}
 )
 _BOOLEANS = {"is_active", "is_staff", "is_superuser"}
-_sql: dict[str, str] = {}
 
 
-def _lookup_sql(connection: Any) -> str:
-    if connection.vendor not in _sql:
-        user_meta = get_user_model()._meta
-        quote = connection.ops.quote_name
-        columns = ", ".join(f"u.{quote(name)}" for name in _USER_FIELDS)
-        _sql[connection.vendor] = (
-            f"SELECT {columns} FROM {quote(Token._meta.db_table)} t"  # noqa: S608
-            f" JOIN {quote(user_meta.db_table)} u ON u.{quote('id')} = t.user_id"
-            f" WHERE t.{quote('key')} = %s"
-        )
-    return _sql[connection.vendor]
+@functools.cache
+def _lookup_sql(vendor: str) -> str:
+    connection = connections["default"]
+    user_meta = get_user_model()._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(f"u.{quote(name)}" for name in _USER_FIELDS)
+    return (
+        f"SELECT {columns} FROM {sql.table(Token, connection)} t"  # noqa: S608
+        f" JOIN {sql.table(get_user_model(), connection)} u"
+        f" ON u.{quote(user_meta.pk.column)} = t.user_id"
+        f" WHERE t.{quote('key')} = %s"
+    )
 
 
 class SqlTokenAuthentication(TokenAuthentication):
@@ -47,7 +50,7 @@ class SqlTokenAuthentication(TokenAuthentication):
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         connection = connections["default"]
         with connection.cursor() as cursor:
-            cursor.execute(_lookup_sql(connection), [key])
+            cursor.execute(_lookup_sql(connection.vendor), [key])
             row = cursor.fetchone()
         if row is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))

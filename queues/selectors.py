@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import connections
 
+from durablecache.cache import sql
 from durablecache.cache.events import format_ts
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
@@ -43,13 +44,13 @@ _EVENT_COLUMNS = ("event_id", "seq", "region", "key", "op", "value", "version", 
 
 @functools.cache
 def _events_sql(vendor: str, *, bounded: bool) -> str:
-    quote = connections[NODE_STORE].ops.quote_name
-    meta = QueueEntry._meta
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
     columns = ", ".join(quote(c) for c in _EVENT_COLUMNS)  # column = field name
     seq, queue = quote("seq"), quote("queue_id")
     upper = f" AND {seq} <= %s" if bounded else ""
     return (
-        f"SELECT {columns} FROM {quote(meta.db_table)}"  # noqa: S608
+        f"SELECT {columns} FROM {sql.table(QueueEntry, connection)}"  # noqa: S608
         f" WHERE {queue} = %s AND {seq} > %s{upper} ORDER BY {seq} LIMIT %s"
     )
 

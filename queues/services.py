@@ -14,6 +14,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from durablecache.cache import sql
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -104,12 +105,8 @@ def _insert_entries(rows: list[list[Any]]) -> None:
     if not rows:
         return
     connection = connections[NODE_STORE]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in _ENTRY_FIELDS)
-    marks = ", ".join(["%s"] * len(_ENTRY_FIELDS))
-    sql = f"INSERT INTO {quote(QueueEntry._meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.executemany(sql.insert_sql(QueueEntry, _ENTRY_FIELDS, connection), rows)
 
 
 @dataclass
@@ -153,19 +150,18 @@ def _save_heads(states: list[Any]) -> None:
     if not states:
         return
     connection = connections[NODE_STORE]
-    quote = connection.ops.quote_name
     pk = QueueState._meta.pk
     assert pk is not None  # noqa: S101
-    sql = (
-        f"UPDATE {quote(QueueState._meta.db_table)} SET last_seq = %s, size = %s"  # noqa: S608
-        f" WHERE {quote(pk.column)} = %s"
+    update = (
+        f"UPDATE {_table(QueueState)} SET last_seq = %s, size = %s"  # noqa: S608
+        f" WHERE {connection.ops.quote_name(pk.column)} = %s"
     )
     params = [
         (s.last_seq, s.size, pk.get_db_prep_value(s.client_id, connection))
         for s in states
     ]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        cursor.executemany(update, params)
 
 
 def _append(
@@ -282,7 +278,7 @@ def _ack(cursor: Any, connection: Any, client_id: uuid.UUID, up_to: int) -> int:
 
 
 def _table(model: Any) -> str:
-    return connections[NODE_STORE].ops.quote_name(model._meta.db_table)
+    return sql.table(model, connections[NODE_STORE])
 
 
 def _state_pk(client_id: uuid.UUID, connection: Any) -> Any:

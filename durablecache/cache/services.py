@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from durablecache.cache import hooks
+from durablecache.cache import hooks, sql
 from durablecache.cache.exceptions import (
     NoSuchRegionError,
     NotFoundError,
@@ -59,10 +59,7 @@ def _lock_log(reserve: int) -> int:
 
 
 def _insert_sql(model: Any, fields: list[Any]) -> str:
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
-    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
+    return sql.insert_sql(model, fields, connection)
 
 
 _EVENT_FIELDS = list(Event._meta.concrete_fields)
@@ -103,7 +100,7 @@ def _region(name: str) -> Region:
 
 
 def _table(model: Any) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
+    return sql.table(model, connection)
 
 
 def _locked_entry(region: Region, key: str) -> Entry | None:
