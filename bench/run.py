@@ -439,6 +439,8 @@ def extra_rows(result: dict[str, Any]) -> list[str]:
                 f"pending count via REST: {first['pending_ms']} ms at "
                 f"{first['events']} events, {last['pending_ms']} ms at {last['events']}"
             )
+    if "failover_error" in result:
+        lines.append(f"failover not measured: {result['failover_error']}")
     if "failover" in result:
         f = result["failover"]
         r = f["resumed_s"]
@@ -505,6 +507,11 @@ def main() -> int:
         if args.kills > 0:
             out(f"failover: {args.kills} kills")
             extra["failover"] = failover_figures(workdir / "failover", args.kills)
+    except (Exception, KeyboardInterrupt) as exc:
+        # The failovers come last; a failure or the outer timeout's SIGINT
+        # there still leaves the figures of everything before written.
+        out(f"failover not measured: {exc!r}")
+        extra["failover_error"] = repr(exc)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result = {**figures(bench.raw), **extra}
