@@ -100,7 +100,11 @@ def _send_sync(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
     runs the coroutine on that loop when called under ``sync_to_async``.
     """
     if isinstance(get_channel_layer(), InMemoryChannelLayer):
-        async_to_sync(make)()
+
+        async def send() -> None:  # a coroutine function, as asgiref wants
+            await make()
+
+        async_to_sync(send)()
     else:
         _layer_loop.run(make)
 
