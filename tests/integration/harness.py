@@ -97,6 +97,8 @@ class Cluster:
         settings: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        # Node logs go here; on PostgreSQL nothing else would create it.
+        workdir.mkdir(parents=True, exist_ok=True)
         self.own_redis = own_redis
         self.nodes: dict[str, dict[str, Any]] = {}
         self.redis: EmbeddedRedis | None = None
