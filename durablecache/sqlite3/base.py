@@ -35,6 +35,19 @@ def writer_lock(name: str) -> threading.Lock:
         return lock
 
 
+def _releasing(name: str) -> Any:
+    """Django's method ``name``, then the writer lock released."""
+
+    def method(self: "DatabaseWrapper") -> None:
+        try:
+            getattr(base.DatabaseWrapper, name)(self)
+        finally:
+            self._release_writer_lock()
+
+    method.__name__ = name
+    return method
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     _held: Any = None
 
@@ -53,20 +66,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if held is not None:
             held.release()
 
-    def _commit(self) -> None:
-        try:
-            super()._commit()  # type: ignore[misc]
-        finally:
-            self._release_writer_lock()
-
-    def _rollback(self) -> None:
-        try:
-            super()._rollback()  # type: ignore[misc]
-        finally:
-            self._release_writer_lock()
-
-    def _close(self) -> None:
-        try:
-            super()._close()  # type: ignore[misc]
-        finally:
-            self._release_writer_lock()
+    # Every way a transaction ends releases the lock: commit, rollback,
+    # and a close (a connection dropped mid-transaction).
+    _commit = _releasing("_commit")
+    _rollback = _releasing("_rollback")
+    _close = _releasing("_close")
