@@ -300,7 +300,7 @@ def _ack_locked(state: QueueState, up_to: int) -> int:
 
 def queue_ack_many(acks: dict[uuid.UUID, int]) -> int:
     """Apply acknowledgements relayed from a primary; return rows dropped."""
-    return sum(queue_ack(client_id=pk, up_to=up_to) for pk, up_to in acks.items())
+    return sum(queue_ack_and_mark_many(acks=list(acks.items()), marks={}))
 
 
 def queue_adopt(
