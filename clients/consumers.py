@@ -2,22 +2,24 @@
 
 Transport only: frames are parsed by ``clients.protocol`` and every decision
 is a service or selector call. One asyncio task per socket delivers queued
-rows; the node's fan-out wakes it through the process's ``WakeHub`` (and a
-poll heals lost wakeups); the channel layer group ``queue.<id>`` carries an
-operator close, ``node.<name>`` a shutdown.
+rows once ``ready``. A socket has no channel-layer channel: the process's
+``WakeHub`` (clients.wakeups) wakes it when the node's fan-out grew its
+queue, closes it for an operator or a node shutdown, and sweeps every
+delivering socket each ``DURABLECACHE_POLL_S`` (lost doorbells, a client
+gone or moved to another primary).
 """
 
 import asyncio
 import contextlib
 import logging
-import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async as db
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
-from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from clients import (
@@ -32,7 +34,6 @@ from clients import (
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
 from durablecache.cache.exceptions import DomainError, ValidationError
-from queues import notify
 from queues import selectors as queue_selectors
 
 log = logging.getLogger(__name__)
@@ -43,119 +44,79 @@ CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
-# Re-join the groups this often: channels_redis drops members after
-# group_expiry, and a Redis that restarted empty between two receives forgets
-# them without the receive ever failing (seen in CI: doorbells stopped).
-GROUP_REFRESH_S = 30.0
-# A socket streaming without pause still checks its client's placement.
-PLACEMENT_CHECK_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeldClient:
+    """What a socket keeps of its client: a model instance is ~1 KiB per
+    socket, and services load the row when they need more."""
+
+    id: uuid.UUID
+    is_durable: bool
 
 
 class SubscriptionConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """Run the consumer with a channel-layer receive that survives Redis.
+        """Handle the socket's messages one at a time, without a channel.
 
-        Channels' own loop dies with the socket when the layer's receive
-        raises (Redis restarted or unreachable), and then ``disconnect``
-        never runs. The layer carries doorbells only, so keep the socket,
-        retry, re-join the groups (a restarted Redis forgot them) and let
-        the delivery poll carry events meanwhile.
+        Channels' own loop would give the socket a channel-layer channel,
+        a receive task and group memberships to refresh (~13 KiB each);
+        what came through them now comes through the hub, whose closes take
+        ``self.turn`` like the socket's own frames, so a close never runs in
+        the middle of a frame's handler.
         """
         self.scope = scope
-        layer = get_channel_layer(self.channel_layer_alias)
-        assert layer is not None, "durablecache needs a channel layer"  # noqa: S101
-        self.channel_layer = layer
-        self.channel_name = await self.channel_layer.new_channel()
-        self.groups_joined: set[str] = set()
-        self.membership_stale = False
         self.base_send = send
+        # What services record as the socket holding a client: unique in
+        # the cluster (a late disconnect of an older socket changes nothing).
+        self.socket_id = f"{settings.DURABLECACHE_NODE_NAME}!{uuid.uuid4().hex}"
+        self.turn = asyncio.Lock()
+        self.client: Any = None  # a HeldClient once hello succeeded
+        self.woken_as: uuid.UUID | None = None  # the client it delivers for
+        self.is_closing = False
+        self.has_ended = False
+        wakeups.hub.attach(self)
         try:
             with contextlib.suppress(StopConsumer):
-                await await_many_dispatch(
-                    [receive, self._channel_receive],  # type: ignore[list-item]
-                    self.dispatch,
-                )
+                while True:
+                    message = await receive()
+                    async with self.turn:
+                        await self.dispatch(message)
         finally:
+            wakeups.hub.detach(self)
             # A handler that raised (the database failing, say) ends the
             # socket without a websocket.disconnect: release the client all
             # the same, or its durable id would answer 4409 until the node
             # restarts.
-            if getattr(self, "client", None) is not None:
+            if self.client is not None:
                 with contextlib.suppress(Exception):
                     await self.disconnect(1011)
 
-    async def _channel_receive(self) -> dict[str, Any]:
-        failures = 0
-        while True:
-            try:
-                if self.membership_stale:
-                    # A Redis that restarted empty forgot the groups: join
-                    # again before waiting, or no doorbell would ever come.
-                    await self._join_all()
-                return await self.channel_layer.receive(self.channel_name)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.membership_stale = True
-                failures += 1
-                if failures == 1:
-                    log.warning("channel layer unreachable; polling meanwhile")
-                    # The other receivers of this process may not see it.
-                    wakeups.hub.layer_failed()
-                await asyncio.sleep(min(5.0, 0.2 * failures))
-
-    async def _join_all(self) -> None:
-        for group in list(self.groups_joined):
-            await self.channel_layer.group_add(group, self.channel_name)
-        self.membership_stale = False
-
-    async def _refresh_membership(self) -> None:
-        """Re-join the groups now and then (channels_redis drops a member
-        after ``group_expiry`` and a socket may live longer than that), and
-        at once when another receiver of this process saw the layer fail
-        (only the one reading at that moment does)."""
-        while True:
-            failed = False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(GROUP_REFRESH_S):
-                    await wakeups.hub.failure_event().wait()
-                    failed = True
-            while True:
-                try:
-                    await self._join_all()
-                    break
-                except Exception:
-                    self.membership_stale = True
-                    if not failed:
-                        break  # the receive loop retries
-                    await asyncio.sleep(1.0)
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch, without its ``close_old_connections`` hop per
+        message: a thread hop for every ``ack`` frame, queued behind the
+        socket's database calls. Every database call here goes through
+        ``database_sync_to_async``, which closes old connections itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
-        self.client: Any = None
         self.node = settings.DURABLECACHE_NODE_NAME
         self.is_ready = False
-        self.is_closing = False
         self.sent_through = 0
         # What the read batcher has recorded of sent_through (clients.reads).
         self.marked_through = 0
+        # The queue head the hub's sweep last woke this socket for.
+        self.polled_head = 0
         self.bad_frames = 0
-        self.wake = asyncio.Event()
-        self.woken_as: Any = None  # the client id this socket is woken for
+        self.wake = wakeups.Doorbell()
         self.delivery: asyncio.Task[None] | None = None
         self.delivery_stopping = False
         await self.accept()
         if self.scope.get("user") is None:
             await self._close(CLOSE_UNAUTHORIZED)
-            return
-        await self._join(notify.node_group(self.node))
-        self.refresher = asyncio.create_task(self._refresh_membership())
-
-    async def _join(self, group: str) -> None:
-        self.groups_joined.add(group)
-        try:
-            await self.channel_layer.group_add(group, self.channel_name)
-        except Exception:  # doorbells only: polling delivers meanwhile
-            self.membership_stale = True
 
     async def _close(self, code: int) -> None:
         self.is_closing = True
@@ -202,7 +163,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         try:
             result = await db(services.client_hello)(
                 user=self.scope["user"],
-                channel_name=self.channel_name,
+                channel_name=self.socket_id,
                 options=options,
             )
         except (ClientOwnedError, ClientConnectedError) as exc:
@@ -212,9 +173,12 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self.send(protocol.reply("redirect", req_id, url=result.redirect_url))
             await self._close(1000)
             return
-        self.client = result.client
-        await self._join(notify.group_for(self.client.id))
-        welcome = await db(selectors.welcome_fields)(client=self.client)
+        client = result.client
+        assert client is not None  # noqa: S101
+        self.client = HeldClient(client.id, client.is_durable)
+        # Not needed after a hello: a User instance is ~0.5 KiB per socket.
+        self.scope.pop("user", None)
+        welcome = await db(selectors.welcome_fields)(client=client)
         await self.send(
             protocol.reply(
                 "welcome", req_id, pending_events=result.pending_events, **welcome
@@ -228,8 +192,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         selector = parse_selector(frame)
         is_durable = parse_bool(frame.get("durable"), field="durable")
         policy = parse_policy(frame.get("policy"))
-        await db(services.interest_register)(
-            client=self.client,
+        await db(services.interest_register_for)(
+            client_id=self.client.id,
             region=region,
             selector=selector,
             is_durable=is_durable,
@@ -265,8 +229,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     ) -> None:
         region = protocol.required_str(frame, "region")
         selector = parse_selector(frame)
-        await db(services.interest_unregister_checked)(
-            client=self.client, region=region, selector=selector
+        await db(services.interest_unregister_for)(
+            client_id=self.client.id, region=region, selector=selector
         )
         await self.send(protocol.reply("interest_unregistered", req_id))
 
@@ -281,6 +245,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             raise ValidationError("ready was already sent")
         self.is_ready = True
         head = await db(queue_selectors.queue_head)(client_id=self.client.id)
+        self.polled_head = head
         self.woken_as = self.client.id
         wakeups.hub.add(self.woken_as, self.wake)
         self.delivery = asyncio.create_task(self._deliver(replay_through=head))
@@ -303,7 +268,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await self._stop_delivery()
         await db(services.client_close)(
             client_id=self.client.id,
-            channel_name=self.channel_name,
+            channel_name=self.socket_id,
             keepalive=keepalive,
         )
         self.client = None
@@ -325,48 +290,43 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self.send(
                 protocol.reply("marker", None, replayed=replayed, regions=regions)
             )
-            next_check = time.monotonic() + PLACEMENT_CHECK_S
             while not self.delivery_stopping:
                 self.wake.clear()
-                if time.monotonic() >= next_check:
-                    next_check = time.monotonic() + PLACEMENT_CHECK_S
-                    if not await self._still_served_here(client_id):
-                        return
                 rows = await self._next_batch(batch)
                 if rows:
                     await self._send_rows(rows, replay=False)
                     continue
-                try:
-                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for
-                    # can swallow a cancel that races a wake-up, and then
-                    # _stop_delivery waited forever (seen under load).
-                    async with asyncio.timeout(settings.DURABLECACHE_POLL_S):
-                        await self.wake.wait()
-                except TimeoutError:
-                    # Quiet for a poll period: check now (a doorbell of an
-                    # operator close may have been lost).
-                    next_check = 0.0
+                # No timeout: the hub's sweep wakes a socket whose doorbell
+                # was lost and closes one whose client is gone or moved.
+                await self.wake.wait()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("delivery to %s failed; closing the socket", client_id)
             await self._close(1011)
 
-    async def _still_served_here(self, client_id: Any) -> bool:
-        """Whether this socket may go on delivering; if not, close it.
+    def holds(self, client_id: uuid.UUID) -> bool:
+        return self.client is not None and self.client.id == client_id
 
-        Gone (an operator closed the client while its doorbell was lost):
+    def swept(self, *, primary: str | None, head: int) -> None:
+        """The hub's periodic look at this socket's client (clients.wakeups).
+
+        Gone (an operator closed the client while its close was lost):
         4410. Moved to another primary (this node was taken for dead, or
-        handed the queue over): 4503, so the client reconnects there.
+        handed the queue over): 4503, so the client reconnects there. Its
+        queue grew since the last look: wake (a doorbell may have been lost).
         """
-        primary = await db(selectors.client_primary)(client_id=client_id)
+        if self.is_closing:
+            return
         if primary is None:
-            await self._closed_by_operator(services.CLOSE_BY_OPERATOR)
-            return False
-        if primary != self.node:
-            await self._close(CLOSE_SHUTDOWN)
-            return False
-        return True
+            wakeups.hub.spawn(
+                self.close_from_hub(services.CLOSE_BY_OPERATOR, gone=True)
+            )
+        elif primary != self.node:
+            wakeups.hub.spawn(self.close_from_hub(CLOSE_SHUTDOWN, gone=False))
+        elif head > self.polled_head:
+            self.polled_head = head
+            self.wake.set()
 
     async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
         for event in rows:
@@ -402,32 +362,22 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                 await self.delivery
             self.delivery = None
 
-    async def queue_close(self, message: dict[str, Any]) -> None:
-        await self._stop_delivery()
-        await self._closed_by_operator(int(message["code"]))
-
-    async def _closed_by_operator(self, code: int) -> None:
-        self.client = None  # the client row is gone: nothing to keep
-        await self._close(code)
-
-    async def node_close(self, message: dict[str, Any]) -> None:
-        await self._close(int(message["code"]))
+    async def close_from_hub(self, code: int, *, gone: bool) -> None:
+        """Close for an operator or a node shutdown, or after the sweep;
+        ``gone``: the client row is gone, nothing to keep."""
+        async with self.turn:
+            if self.is_closing or self.has_ended:
+                return
+            await self._stop_delivery()
+            if gone:
+                self.client = None
+            await self._close(code)
 
     async def disconnect(self, code: int) -> None:
+        self.has_ended = True
         await self._stop_delivery()
-        refresher = getattr(self, "refresher", None)
-        if refresher is not None:
-            refresher.cancel()
-        with contextlib.suppress(Exception):
-            await self.channel_layer.group_discard(
-                notify.node_group(self.node), self.channel_name
-            )
         if self.client is not None:
-            with contextlib.suppress(Exception):
-                await self.channel_layer.group_discard(
-                    notify.group_for(self.client.id), self.channel_name
-                )
+            client_id, self.client = self.client.id, None
             await db(services.client_disconnected)(
-                client_id=self.client.id, channel_name=self.channel_name
+                client_id=client_id, channel_name=self.socket_id
             )
-            self.client = None

@@ -54,7 +54,8 @@ class TokenAuthMiddleware:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        scope = dict(scope)
+        # No copy of the scope: URLRouter hands each socket a copy of its
+        # own, and a second one would cost ~0.5 KiB per open socket.
         scope["user"] = await user_from_scope(scope)
         return await self.app(scope, receive, send)
 

@@ -40,10 +40,25 @@ def redundancy_satisfied(client: DurableClient) -> bool:
     return replication.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
 
 
-def client_primary(*, client_id: uuid.UUID) -> str | None:
-    """The client's primary node, or None once the client is gone."""
-    found = DurableClient.objects.filter(pk=client_id).values_list("primary", flat=True)
-    return found[0] if found else None
+def client_primaries(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The primary node of each of these clients (absent: the client is gone)."""
+    primaries: dict[uuid.UUID, str] = {}
+    chunk_size = queue_selectors.CHECK_CHUNK
+    for start in range(0, len(client_ids), chunk_size):
+        chunk = client_ids[start : start + chunk_size]
+        rows = DurableClient.objects.filter(pk__in=chunk).values_list("pk", "primary")
+        primaries.update(rows)
+    return primaries
+
+
+def delivery_checks(
+    *, client_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str | None, int]]:
+    """Each delivering socket's client: its primary (None once gone) and its
+    queue's last seq here, in one query per database (clients.wakeups)."""
+    primaries = client_primaries(client_ids=client_ids)
+    heads = queue_selectors.queue_heads(client_ids=client_ids)
+    return {cid: (primaries.get(cid), heads.get(cid, 0)) for cid in client_ids}
 
 
 def client_regions(*, client_id: uuid.UUID) -> list[str]:

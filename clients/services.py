@@ -351,10 +351,13 @@ def client_delete(*, user: Any, durable_id: str) -> None:
     with transaction.atomic():
         client = client_get_for(user=user, durable_id=durable_id)
         client = DurableClient.objects.select_for_update().get(pk=client.pk)
-        client_id = client.id
+        client_id, node = client.id, client.node
         history.record(client, "deleted", detail=f"closed by {user}")
         _delete_client(client)
-        transaction.on_commit(lambda: notify.close_client(client_id, CLOSE_BY_OPERATOR))
+        if node:  # the node that holds (or held) its socket
+            transaction.on_commit(
+                lambda: notify.close_client(client_id, CLOSE_BY_OPERATOR, node)
+            )
 
 
 def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
@@ -431,6 +434,19 @@ def interest_register(
     return rows
 
 
+def client_for_socket(*, client_id: uuid.UUID) -> DurableClient:
+    """The client a socket holds (a socket keeps only its id and flags)."""
+    client = DurableClient.objects.filter(pk=client_id).first()
+    if client is None:
+        raise UnknownClientError("the client was closed")
+    return client
+
+
+def interest_register_for(*, client_id: uuid.UUID, **fields: Any) -> list[Interest]:
+    """``interest_register`` for the client a socket holds."""
+    return interest_register(client=client_for_socket(client_id=client_id), **fields)
+
+
 def interest_unregister(
     *, client: DurableClient, region: str, selector: Selector
 ) -> int:
@@ -492,6 +508,14 @@ def interest_unregister_checked(
     """Unregister after checking the region exists (``no_such_region``)."""
     cache_selectors.region_get(name=region)
     return interest_unregister(client=client, region=region, selector=selector)
+
+
+def interest_unregister_for(
+    *, client_id: uuid.UUID, region: str, selector: Selector
+) -> int:
+    """``interest_unregister_checked`` for the client a socket holds."""
+    client = client_for_socket(client_id=client_id)
+    return interest_unregister_checked(client=client, region=region, selector=selector)
 
 
 def clients_of_dead_nodes_disconnect() -> int:

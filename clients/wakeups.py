@@ -1,20 +1,31 @@
-"""Fan-out wake-ups for the sockets of one Daphne process.
+"""What reaches the sockets of one Daphne process from outside it.
 
-The fan-out of a node sends one channel-layer message per batch to the
-group ``wake.<node>`` naming every client whose queue grew
-(``queues.notify.ring_many``); each Daphne process of the node is one member
-of that group and wakes its own sockets in memory. Per batch, that is one
-Redis send and one receive per process instead of one of each per socket:
-an event for 100 live sockets cost 100 ``group_send`` calls before.
+A subscriber socket has no channel-layer channel of its own (a channel, its
+receive task, its group memberships and their refresher cost ~13 KiB per
+socket; docs/performance.md). The process's ``WakeHub`` is the one member
+of the group ``wake.<node>`` for this process and carries three things to
+its sockets, in memory:
 
-Surviving Redis: channels_redis reads a process's channels with one
-receive at a time, so when Redis restarts only the receiver that was
-reading sees the error. Whoever sees it (this hub or a socket) calls
-``layer_failed``: the hub joins its group again and then wakes every socket
-(events written meanwhile rang nobody), and every socket's refresher joins
-its own groups again. Memberships are also refreshed every
-``GROUP_REFRESH_S``. A wake-up lost anyway only delays delivery until the
-socket's poll (``DURABLECACHE_POLL_S``).
+- **doorbells**: the fan-out sends one message per batch naming every
+  client whose queue grew (``queues.notify.ring_many``); the hub sets those
+  sockets' wake events. Per batch, one Redis send and one receive per
+  process, whatever the number of sockets.
+- **closes**: an operator's delete (``notify.close_client``, 4410) and a
+  node's shutdown (``notify.close_node``, 4503).
+- **the sweep**: every ``DURABLECACHE_POLL_S`` one query per database reads
+  the primary and queue head of every delivering socket's client
+  (``clients.selectors.delivery_checks``): a socket whose client is gone is
+  closed 4410, one whose client has another primary now 4503, and one whose
+  queue grew since the last look is woken. This heals a lost doorbell or
+  close and delivers while Redis is away, at one query per process and
+  period instead of two per socket.
+
+Surviving Redis: channels_redis reads a process's channels with one receive
+at a time; when the hub's receive fails it joins its group again and then
+wakes every socket (events written meanwhile rang nobody). Its membership
+is also refreshed every ``GROUP_REFRESH_S`` (channels_redis drops a member
+after ``group_expiry``, and a Redis that restarted empty forgets it without
+a receive failing).
 """
 
 import asyncio
@@ -22,10 +33,14 @@ import contextlib
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from clients import selectors
 from queues import notify
 
 log = logging.getLogger(__name__)
@@ -33,16 +48,68 @@ log = logging.getLogger(__name__)
 GROUP_REFRESH_S = 30.0
 
 
-class WakeHub:
-    """The wake events of this process's delivering sockets, by client."""
+class Doorbell:
+    """A socket's wake flag with one waiter, its delivery task.
+
+    Like ``asyncio.Event`` without the deque every Event allocates
+    (~0.6 KiB per socket); a ring before ``wait`` is kept until ``clear``.
+    """
+
+    __slots__ = ("rung", "waiter")
 
     def __init__(self) -> None:
-        self.sockets: dict[uuid.UUID, set[asyncio.Event]] = defaultdict(set)
+        self.rung = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self.rung = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self.rung = False
+
+    def is_set(self) -> bool:
+        return self.rung
+
+    async def wait(self) -> None:
+        if self.rung:
+            return
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+
+class Wakeable(Protocol):
+    def set(self) -> None: ...
+
+
+class HubSocket(Protocol):
+    """What the hub needs of a subscriber socket (clients.consumers)."""
+
+    woken_as: uuid.UUID | None  # the client it delivers for, once ready
+
+    def holds(self, client_id: uuid.UUID) -> bool: ...
+
+    async def close_from_hub(self, code: int, *, gone: bool) -> None: ...
+
+    def swept(self, *, primary: str | None, head: int) -> None: ...
+
+
+class WakeHub:
+    """The open subscriber sockets of this process and their wake events."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[uuid.UUID, set[Wakeable]] = defaultdict(set)
+        self.open: set[HubSocket] = set()
         self.tasks: list[asyncio.Task[None]] = []
+        self.spawned: set[asyncio.Task[None]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.channel: str | None = None
         self.joined = False
-        self.failed = asyncio.Event()
         self.rejoining: asyncio.Task[None] | None = None
 
     def _ensure_started(self) -> None:
@@ -50,22 +117,29 @@ class WakeHub:
         if self.loop is not loop or any(t.done() for t in self.tasks):
             self._start(loop)
 
-    def add(self, client_id: uuid.UUID, wake: asyncio.Event) -> None:
+    def attach(self, socket: HubSocket) -> None:
+        """Reach ``socket`` with closes and the sweep until ``detach``."""
+        self.open.add(socket)
+        self._ensure_started()
+
+    def detach(self, socket: HubSocket) -> None:
+        self.open.discard(socket)
+
+    def add(self, client_id: uuid.UUID, wake: Wakeable) -> None:
         """Wake ``wake`` whenever this node's fan-out grows the queue."""
         self.sockets[client_id].add(wake)
         self._ensure_started()
 
-    def failure_event(self) -> asyncio.Event:
-        """Set the next time a receiver of this process sees the layer fail."""
-        self._ensure_started()
-        return self.failed
+    def discard(self, client_id: uuid.UUID, wake: Wakeable) -> None:
+        events = self.sockets.get(client_id)
+        if events is not None:
+            events.discard(wake)
+            if not events:
+                del self.sockets[client_id]
 
     def layer_failed(self) -> None:
-        """A receiver of this process saw the channel layer fail: tell every
-        socket's refresher, join again and then wake every socket."""
-        self._ensure_started()
-        failed, self.failed = self.failed, asyncio.Event()
-        failed.set()
+        """The hub's receive saw the channel layer fail: join again, then
+        wake every socket (events written meanwhile rang nobody)."""
         self.joined = False
         if self.rejoining is None or self.rejoining.done():
             self.rejoining = asyncio.get_running_loop().create_task(
@@ -85,13 +159,6 @@ class WakeHub:
             for event in events:
                 event.set()
 
-    def discard(self, client_id: uuid.UUID, wake: asyncio.Event) -> None:
-        events = self.sockets.get(client_id)
-        if events is not None:
-            events.discard(wake)
-            if not events:
-                del self.sockets[client_id]
-
     def wake(self, clients: list[str]) -> int:
         """Set the wake event of every socket of these clients (hex ids)."""
         woken = 0
@@ -101,14 +168,55 @@ class WakeHub:
                 woken += 1
         return woken
 
+    def close(self, code: int, clients: list[str] | None = None) -> int:
+        """Close this process's sockets of these clients (hex ids), or all
+        of them when ``clients`` is None; their clients are gone unless
+        all are closed (a node's shutdown keeps them)."""
+        gone = clients is not None
+        wanted = None if clients is None else {uuid.UUID(h) for h in clients}
+        targets = [
+            s
+            for s in list(self.open)
+            if wanted is None or any(s.holds(cid) for cid in wanted)
+        ]
+        for socket in targets:
+            self.spawn(socket.close_from_hub(code, gone=gone))
+        return len(targets)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` on the hub's loop, keeping a reference until done."""
+        assert self.loop is not None  # noqa: S101
+        task = self.loop.create_task(coro)
+        self.spawned.add(task)
+        task.add_done_callback(self.spawned.discard)
+
+    async def sweep(self) -> int:
+        """Check every delivering socket once (see the module docstring);
+        return how many were checked."""
+        delivering: dict[uuid.UUID, list[HubSocket]] = defaultdict(list)
+        for socket in list(self.open):
+            if socket.woken_as is not None:
+                delivering[socket.woken_as].append(socket)
+        if not delivering:
+            return 0
+        checks = await database_sync_to_async(selectors.delivery_checks)(
+            client_ids=list(delivering)
+        )
+        for client_id, (primary, head) in checks.items():
+            for socket in delivering[client_id]:
+                if socket in self.open and socket.woken_as == client_id:
+                    socket.swept(primary=primary, head=head)
+        return sum(len(s) for s in delivering.values())
+
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         for task in self.tasks:
             task.cancel()
         self.loop, self.channel, self.joined = loop, None, False
-        self.failed, self.rejoining = asyncio.Event(), None
+        self.rejoining = None
         self.tasks = [
             loop.create_task(self._receive_loop()),
             loop.create_task(self._refresh_loop()),
+            loop.create_task(self._sweep_loop()),
         ]
 
     async def _join(self) -> None:
@@ -144,16 +252,27 @@ class WakeHub:
                 self.joined = False
                 await asyncio.sleep(min(5.0, 0.2 * failures))
                 continue
-            if message.get("type") == "queue.wakeup_many":
+            kind = message.get("type")
+            if kind == "queue.wakeup_many":
                 self.wake(message.get("clients", []))
+            elif kind == "sockets.close":
+                self.close(int(message["code"]), message.get("clients"))
 
     async def _refresh_loop(self) -> None:
-        """channels_redis drops a member after ``group_expiry``, and a Redis
-        that restarted empty forgets it without a receive failing."""
         while True:
             await asyncio.sleep(GROUP_REFRESH_S)
             with contextlib.suppress(Exception):
                 await self._join()
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(settings.DURABLECACHE_POLL_S)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the next period tries again
+                log.warning("delivery sweep failed", exc_info=True)
 
     def stop(self) -> None:
         for task in [*self.tasks, self.rejoining]:
@@ -162,7 +281,7 @@ class WakeHub:
         self.tasks, self.loop, self.rejoining = [], None, None
 
     def __repr__(self) -> str:
-        return f"<WakeHub {len(self.sockets)} clients>"
+        return f"<WakeHub {len(self.open)} sockets, {len(self.sockets)} delivering>"
 
 
 hub = WakeHub()

@@ -23,14 +23,6 @@ log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 5.0
 
 
-def group_for(client_id: Any) -> str:
-    return f"queue.{client_id.hex}"
-
-
-def node_group(node: str) -> str:
-    return f"node.{node}"
-
-
 async def aring(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
@@ -135,16 +127,17 @@ def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
     _send_sync(send_all)
 
 
-def close_client(client_id: Any, code: int) -> None:
-    """Ask the consumer holding this client's socket to close it with ``code``."""
-    message = {"type": "queue.close", "code": code}
-    _send_sync(lambda: aring(group_for(client_id), message))
+def close_client(client_id: Any, code: int, node: str) -> None:
+    """Ask the Daphne processes of ``node`` (where the client's socket is) to
+    close its socket with ``code``; its client is gone (clients.wakeups)."""
+    message = {"type": "sockets.close", "code": code, "clients": [client_id.hex]}
+    _send_sync(lambda: aring(wake_group(node), message))
 
 
 def close_node(node: str, code: int) -> None:
-    """Ask every consumer on ``node`` to close its socket with ``code``."""
-    message = {"type": "node.close", "code": code}
-    _send_sync(lambda: aring(node_group(node), message))
+    """Ask every subscriber socket on ``node`` to close with ``code``."""
+    message = {"type": "sockets.close", "code": code}
+    _send_sync(lambda: aring(wake_group(node), message))
 
 
 DASHBOARD_GROUP = "dashboard"

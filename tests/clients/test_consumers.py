@@ -2,6 +2,7 @@
 
 import pytest
 from channels.db import database_sync_to_async as db
+from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from clients import services
@@ -659,6 +660,42 @@ async def test_a_socket_whose_queue_moved_to_another_primary_is_closed_4503(
     await sock.ready()
     await db(DurableClient.objects.filter(durable_id="d1").update)(primary="node-2")
     await sock.closed_with(4503)
+
+
+async def test_a_lost_doorbell_is_healed_by_the_hub_sweep(
+    session, token, region, write, monkeypatch
+):
+    # The fan-out's wake-up never arrives (Redis lost it): the process's
+    # sweep sees the queue head move and wakes the socket.
+    sock, _ = await session(token, durable_id="d1")
+    await sock.register(all_keys=True, durable=True, policy="none")
+    await sock.ready()
+    monkeypatch.setattr(notify, "ring_many", lambda heads, node=None: None)
+    await write(cache_services.entry_put, region="prices", key="a", value=1)
+    [event] = await sock.events(1)
+    assert (event["key"], event["value"]) == ("a", 1)
+
+
+async def test_a_client_deleted_without_its_close_message_is_closed_4410(
+    session, token
+):
+    # The operator's close message was lost: the sweep finds the row gone.
+    sock, _ = await session(token, durable_id="d1")
+    await sock.ready()
+    await db(DurableClient.objects.filter(durable_id="d1").delete)()
+    await sock.closed_with(4410)
+
+
+async def test_a_socket_joins_no_channel_layer_group_of_its_own(
+    session, token, settings
+):
+    # Doorbells and closes reach sockets through the process's hub: the
+    # only group is the hub's (a channel per socket cost ~13 KiB of RSS).
+    socks = [(await session(token, durable_id=f"d{i}"))[0] for i in range(3)]
+    for sock in socks:
+        await sock.ready()
+    layer = get_channel_layer()
+    assert set(layer.groups) == {notify.wake_group(settings.DURABLECACHE_NODE_NAME)}
 
 
 # --- conflation and ordering -------------------------------------------------

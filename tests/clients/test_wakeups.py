@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from clients.wakeups import WakeHub
+from clients.wakeups import Doorbell, WakeHub
 from queues import notify
 
 
@@ -75,3 +75,84 @@ def test_discard_forgets_a_socket():
     hub.discard(client_id, event)  # twice is harmless
     assert client_id not in hub.sockets
     assert hub.wake([client_id.hex]) == 0
+
+
+async def test_a_doorbell_rung_before_the_wait_is_kept_until_cleared():
+    bell = Doorbell()
+    bell.set()
+    async with asyncio.timeout(5):
+        await bell.wait()  # returns at once
+    bell.clear()
+    assert not bell.is_set()
+    waiting = asyncio.ensure_future(bell.wait())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    bell.set()
+    async with asyncio.timeout(5):
+        await waiting
+    assert bell.waiter is None
+
+
+async def test_a_cancelled_wait_leaves_the_doorbell_usable():
+    bell = Doorbell()
+    waiting = asyncio.ensure_future(bell.wait())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    bell.set()  # no waiter: nothing to resolve
+    async with asyncio.timeout(5):
+        await bell.wait()
+
+
+class _FakeSocket:
+    def __init__(self, client_id):
+        self.client_id = client_id
+        self.woken_as = client_id
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def holds(self, client_id):
+        return client_id == self.client_id
+
+    async def close_from_hub(self, code, *, gone):
+        self.closed.set_result((code, gone))
+
+    def swept(self, *, primary, head):
+        raise AssertionError("not swept here")
+
+
+async def test_a_close_message_closes_only_the_named_clients_sockets(settings):
+    hub = WakeHub()
+    a, b = uuid.uuid4(), uuid.uuid4()
+    a1, a2, b1 = _FakeSocket(a), _FakeSocket(a), _FakeSocket(b)
+    for sock in (a1, a2, b1):
+        hub.attach(sock)
+    try:
+        await _joined(hub)
+        await sync_to_async(notify.close_client, thread_sensitive=False)(
+            a, 4410, settings.DURABLECACHE_NODE_NAME
+        )
+        async with asyncio.timeout(5):
+            assert await a1.closed == (4410, True)
+            assert await a2.closed == (4410, True)
+        assert not b1.closed.done()
+        await sync_to_async(notify.close_node, thread_sensitive=False)(
+            settings.DURABLECACHE_NODE_NAME, 4503
+        )
+        async with asyncio.timeout(5):
+            assert await b1.closed == (4503, False)  # a shutdown keeps clients
+    finally:
+        hub.stop()
+
+
+async def test_a_detached_socket_is_not_closed():
+    hub = WakeHub()
+    a = uuid.uuid4()
+    sock = _FakeSocket(a)
+    hub.attach(sock)
+    hub.detach(sock)
+    try:
+        assert hub.close(4410, [a.hex]) == 0
+        assert await hub.sweep() == 0
+    finally:
+        hub.stop()
