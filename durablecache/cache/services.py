@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from durablecache.cache import hooks, sql
@@ -73,10 +73,7 @@ def _append_events(before: int, specs: list[dict[str, Any]]) -> list[Event]:
         Event(seq=before + i, event_id=uuid.uuid4().hex, ts=now, **spec)
         for i, spec in enumerate(specs, start=1)
     ]
-    rows = [
-        [f.get_db_prep_save(getattr(e, f.attname), connection) for f in _EVENT_FIELDS]
-        for e in events
-    ]
+    rows = sql.prepared_rows(events, _EVENT_FIELDS, connections[DEFAULT_DB_ALIAS])
     with connection.cursor() as cursor:
         cursor.executemany(_insert_sql(Event, _EVENT_FIELDS), rows)
     for event in events:
@@ -157,12 +154,6 @@ def _locked_entries(region: Region, keys: list[str]) -> dict[str, Entry]:
 _ENTRY_FIELDS = [f for f in Entry._meta.concrete_fields if not f.primary_key]
 
 
-def _entry_values(entry: Entry) -> list[Any]:
-    return [
-        f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_FIELDS
-    ]
-
-
 def _update_entry_sql() -> str:
     quote = connection.ops.quote_name
     sets = ", ".join(f"{quote(f.column)} = %s" for f in _ENTRY_FIELDS)
@@ -174,20 +165,23 @@ def _save_entries(to_create: list[Entry], to_update: list[Entry]) -> None:
     ``executemany`` each (Django's bulk_update builds a CASE per column and
     row, which cost more than the rest of a putall)."""
     with connection.cursor() as cursor:
+        conn = connections[DEFAULT_DB_ALIAS]
         if to_create:
             cursor.executemany(
                 _insert_sql(Entry, _ENTRY_FIELDS),
-                [_entry_values(e) for e in to_create],
+                sql.prepared_rows(to_create, _ENTRY_FIELDS, conn),
             )
         if to_update:
+            rows = sql.prepared_rows(to_update, _ENTRY_FIELDS, conn)
             cursor.executemany(
-                _update_entry_sql(), [[*_entry_values(e), e.pk] for e in to_update]
+                _update_entry_sql(),
+                [[*row, e.pk] for row, e in zip(rows, to_update, strict=True)],
             )
 
 
 def _save_entry(entry: Entry) -> None:
     """Insert or update one entry row after ``_change``."""
-    values = _entry_values(entry)
+    [values] = sql.prepared_rows([entry], _ENTRY_FIELDS, connections[DEFAULT_DB_ALIAS])
     with connection.cursor() as cursor:
         if entry.pk is None:
             cursor.execute(_insert_sql(Entry, _ENTRY_FIELDS) + " RETURNING id", values)

@@ -1,0 +1,69 @@
+"""durablecache.cache.sql: statements and prepared values for the hot paths."""
+
+import datetime as dt
+
+import pytest
+from django.db import connections
+
+from durablecache.cache import sql
+from durablecache.cache.models import Event
+
+FIELDS = list(Event._meta.concrete_fields)
+
+
+class _CountingField:
+    """A field that records what it was asked to prepare."""
+
+    def __init__(self, attname):
+        self.attname = attname
+        self.prepared = []
+
+    def get_db_prep_save(self, value, connection):
+        self.prepared.append(value)
+        return ("prepared", value)
+
+
+def test_prepared_rows_are_what_each_field_prepares():
+    now = dt.datetime(2026, 12, 2, 1, 2, 3, 456789, tzinfo=dt.UTC)
+    events = [
+        Event(seq=s, event_id=f"e{s}", ts=now, key=f"k{s}", op="update", value={"s": s})
+        for s in (1, 2)
+    ]
+    connection = connections["default"]
+    rows = sql.prepared_rows(events, FIELDS, connection)
+    assert rows == [
+        [f.get_db_prep_save(getattr(e, f.attname), connection) for f in FIELDS]
+        for e in events
+    ]
+
+
+def test_a_value_repeating_the_previous_rows_object_is_prepared_once():
+    shared_ts, op = object(), "update"
+
+    class Row:
+        def __init__(self, value):
+            self.ts, self.op, self.value = shared_ts, op, value
+
+    ts, op_field, value = (_CountingField(n) for n in ("ts", "op", "value"))
+    equal_but_distinct = [{"a": 1}, {"a": 1}]
+    rows = sql.prepared_rows(
+        [Row(v) for v in equal_but_distinct], [ts, op_field, value], None
+    )
+    assert ts.prepared == [shared_ts]
+    assert op_field.prepared == [op]
+    # Equal values that are different objects are each prepared: identity,
+    # not equality, decides (a mutable value is never taken for another).
+    assert len(value.prepared) == 2
+    assert [row[2] for row in rows] == [("prepared", {"a": 1})] * 2
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_prepared_rows_has_one_row_per_object(count):
+    field = _CountingField("x")
+
+    class Obj:
+        x = 7
+
+    assert (
+        sql.prepared_rows([Obj()] * count, [field], None) == [[("prepared", 7)]] * count
+    )
