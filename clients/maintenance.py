@@ -6,6 +6,7 @@ Each step is idempotent, so running it on every node at once is safe.
 import logging
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from clients import fanout, history, replication, services, stats
@@ -84,16 +85,25 @@ def report_queue_sizes(node: str) -> None:
         changed, ["size", "acked_through", "reported_at"]
     )
     missing = [pk for pk in heads if pk not in reports]
-    known = DurableClient.objects.filter(pk__in=missing).values_list("pk", flat=True)
-    QueueSizeReport.objects.bulk_create(
-        [
-            QueueSizeReport(
-                client_id=pk, node=node, size=heads[pk][0], acked_through=heads[pk][1]
-            )
-            for pk in known
-        ],
-        ignore_conflicts=True,
-    )
+    if not missing:
+        return
+    # The clients read are locked until the reports are in: a client
+    # deleted in between (a close with keepalive false) failed the insert's
+    # foreign key and with it the rest of the tick.
+    with transaction.atomic():
+        known = DurableClient.objects.select_for_update().filter(pk__in=missing)
+        QueueSizeReport.objects.bulk_create(
+            [
+                QueueSizeReport(
+                    client_id=pk,
+                    node=node,
+                    size=heads[pk][0],
+                    acked_through=heads[pk][1],
+                )
+                for pk in known.values_list("pk", flat=True)
+            ],
+            ignore_conflicts=True,
+        )
 
 
 def drop_orphans() -> int:

@@ -1,5 +1,6 @@
 """The periodic tick's steps, each idempotent."""
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -190,3 +191,38 @@ def test_a_tick_that_may_not_judge_takes_no_node_for_dead(user):
     maintenance.tick("node-1", judge=True)
     client.refresh_from_db()
     assert (client.is_connected, client.primary) == (False, "node-1")
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_a_client_deleted_while_its_first_report_is_written_fails_nothing(
+    user, region, monkeypatch
+):
+    # A close with keepalive false deletes a client while the tick reports
+    # its queue for the first time: the delete waits for the report (the
+    # client row is locked), then takes the report with it.
+    client = connected(user, "leaving")
+    real_bulk_create = QueueSizeReport.objects.bulk_create
+    deleter: list[threading.Thread] = []
+
+    def bulk_create_racing_a_delete(objs, **kwargs):
+        def delete():
+            services.client_close(
+                client_id=client.id, channel_name="leaving", keepalive=False
+            )
+            connections.close_all()
+
+        thread = threading.Thread(target=delete)
+        thread.start()
+        deleter.append(thread)
+        thread.join(0.3)  # the delete waits for this transaction
+        assert thread.is_alive()
+        return real_bulk_create(objs, **kwargs)
+
+    monkeypatch.setattr(
+        QueueSizeReport.objects, "bulk_create", bulk_create_racing_a_delete
+    )
+    maintenance.report_queue_sizes("node-1")  # no IntegrityError
+    deleter[0].join(10)
+    assert not deleter[0].is_alive()
+    assert not DurableClient.objects.filter(pk=client.pk).exists()
+    assert not QueueSizeReport.objects.filter(client_id=client.pk).exists()
