@@ -21,6 +21,7 @@ from clients.models import (
     QueueSizeReport,
 )
 from durablecache.cache import selectors as cache_selectors
+from durablecache.cache import sql
 from durablecache.cache.exceptions import ConflictError
 from queues import selectors as queue_selectors
 
@@ -42,13 +43,7 @@ def redundancy_satisfied(client: DurableClient) -> bool:
 
 def client_primaries(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
     """The primary node of each of these clients (absent: the client is gone)."""
-    primaries: dict[uuid.UUID, str] = {}
-    chunk_size = queue_selectors.CHECK_CHUNK
-    for start in range(0, len(client_ids), chunk_size):
-        chunk = client_ids[start : start + chunk_size]
-        rows = DurableClient.objects.filter(pk__in=chunk).values_list("pk", "primary")
-        primaries.update(rows)
-    return primaries
+    return sql.values_by_pk(DurableClient.objects, client_ids, "primary")
 
 
 def delivery_checks(

@@ -13,8 +13,6 @@ from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
 NO_QUEUE = -2
-# Ids per IN (...) of the batched reads (SQLite allows 32766 variables).
-CHECK_CHUNK = 1000
 
 
 def queue_get(*, client_id: uuid.UUID) -> QueueState | None:
@@ -34,12 +32,7 @@ def queue_head(*, client_id: uuid.UUID) -> int:
 
 def queue_heads(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
     """The last seq of each of these queues (absent: no queue here)."""
-    heads: dict[uuid.UUID, int] = {}
-    for start in range(0, len(client_ids), CHECK_CHUNK):
-        chunk = client_ids[start : start + CHECK_CHUNK]
-        rows = QueueState.objects.filter(pk__in=chunk).values_list("pk", "last_seq")
-        heads.update(rows)
-    return heads
+    return sql.values_by_pk(QueueState.objects, client_ids, "last_seq")
 
 
 def queue_entries_after(

@@ -92,10 +92,7 @@ class _PreparedEvents:
     def __call__(self, event: Any) -> list[Any]:
         values = self.done.get(id(event))
         if values is None:
-            values = [
-                f.get_db_prep_save(getattr(event, f.attname), self.connection)
-                for f in _EVENT_FIELDS
-            ]
+            [values] = sql.prepared_rows([event], _EVENT_FIELDS, self.connection)
             self.done[id(event)] = values
         return values
 
@@ -128,8 +125,7 @@ def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
     found: list[_Head] = []
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
-        for start in range(0, len(client_ids), 500):
-            chunk = client_ids[start : start + 500]
+        for chunk in sql.chunks(client_ids, 500):
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
                 "SELECT client_id, conflate, last_seq, delivered_through, size"  # noqa: S608

@@ -132,8 +132,7 @@ def _locked_entries(region: Region, keys: list[str]) -> dict[str, Entry]:
     found: dict[str, Entry] = {}
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
-        for start in range(0, len(keys), _KEYS_PER_LOOKUP):
-            chunk = keys[start : start + _KEYS_PER_LOOKUP]
+        for chunk in sql.chunks(keys, _KEYS_PER_LOOKUP):
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
                 f"SELECT id, {quote('key')}, version, is_destroyed FROM {_table(Entry)}"  # noqa: S608

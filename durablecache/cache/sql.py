@@ -7,7 +7,27 @@ and the node store's statements need; ``queues`` imports them too (its
 arrow points here).
 """
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+# Parameters per IN (...) of a batched lookup: well under SQLite's limit on
+# host parameters (32766) and PostgreSQL's (65535).
+PARAMS_PER_LOOKUP = 1000
+
+
+def chunks(items: Sequence[T], size: int = PARAMS_PER_LOOKUP) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most ``size``, for IN (...) lookups."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def values_by_pk(queryset: Any, pks: Sequence[Any], field: str) -> dict[Any, Any]:
+    """``{pk: field}`` of the rows of ``queryset`` among ``pks``."""
+    found: dict[Any, Any] = {}
+    for chunk in chunks(pks):
+        found.update(queryset.filter(pk__in=chunk).values_list("pk", field))
+    return found
 
 
 def table(model: Any, connection: Any) -> str:

@@ -74,3 +74,11 @@ def test_prepared_rows_has_one_row_per_object(count):
     assert (
         sql.prepared_rows([Obj()] * count, [field], None) == [[("prepared", 7)]] * count
     )
+
+
+@pytest.mark.parametrize(("count", "size"), [(0, 3), (3, 3), (7, 3), (2, 5)])
+def test_chunks_cover_every_item_once_in_order(count, size):
+    items = list(range(count))
+    parts = list(sql.chunks(items, size))
+    assert [i for part in parts for i in part] == items
+    assert all(0 < len(part) <= size for part in parts)
