@@ -66,7 +66,7 @@ def fanout_node(node: str | None = None) -> int:
     while True:
         with transaction.atomic(using=NODE_STORE):
             cursor = queue_services.cursor_lock(node)
-            events = cache_selectors.events_after(
+            events = cache_selectors.logged_events_after(
                 seq=cursor.fanout_through, limit=settings.DURABLECACHE_FANOUT_BATCH
             )
             if not events:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from durablecache.cache import sql
+from durablecache.cache.selectors import LoggedEvent
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -44,7 +45,9 @@ def queue_ensure(
     return state
 
 
-def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, int]:
+def queue_append_many(
+    appends: dict[uuid.UUID, list[LoggedEvent]],
+) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
     Must run inside a transaction on the node store (the fan-out holds one
@@ -75,25 +78,34 @@ def queue_append_many(appends: dict[uuid.UUID, list[Any]]) -> dict[uuid.UUID, in
 # bulk_update spent more time compiling (per-value expressions, a CASE per
 # row) than the database spent running them (py-spy, 100 live sockets).
 _ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
-_EVENT_FIELDS = [f for f in _ENTRY_FIELDS if f.name != "queue"]
-assert _ENTRY_FIELDS[0].name == "queue"  # noqa: S101 (rows are [queue, *event])
+# Rows are [queue, *LoggedEvent up to its version, ts].
+_ROW_COLUMNS = ["queue", *LoggedEvent._fields[:5], "value", "version", "ts"]
+assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 
 class _PreparedEvents:
-    """Each event's column values in database form, computed once per
-    batch: one event fans out to many queues, and building a QueueEntry
+    """Each logged event's column values in database form, computed once
+    per batch: one event fans out to many queues, and building a QueueEntry
     per queue (model init, signals, per-field adaptation) was most of the
-    worker's CPU with 100 live sockets (py-spy)."""
+    worker's CPU with 100 live sockets (py-spy). The value is the log's JSON
+    text as it is; only the timestamp is adapted, once per distinct one (a
+    putall's events share theirs)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.done: dict[int, list[Any]] = {}
+        self._ts_field = QueueEntry._meta.get_field("ts")
+        self._ts: tuple[Any, Any] = (None, None)
 
-    def __call__(self, event: Any) -> list[Any]:
-        values = self.done.get(id(event))
+    def __call__(self, event: LoggedEvent) -> list[Any]:
+        values = self.done.get(event.seq)
         if values is None:
-            [values] = sql.prepared_rows([event], _EVENT_FIELDS, self.connection)
-            self.done[id(event)] = values
+            raw, prepared = self._ts
+            if event.ts is not raw:
+                prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
+                self._ts = (event.ts, prepared)
+            values = [*event[:7], prepared]
+            self.done[event.seq] = values
         return values
 
 
@@ -103,7 +115,10 @@ def _insert_entries(rows: list[list[Any]]) -> None:
         return
     connection = connections[NODE_STORE]
     with connection.cursor() as cursor:
-        cursor.executemany(sql.insert_sql(QueueEntry, _ENTRY_FIELDS, connection), rows)
+        cursor.executemany(
+            sql.insert_sql(QueueEntry, _ENTRY_FIELDS, connection, json_as_text=True),
+            rows,
+        )
 
 
 @dataclass

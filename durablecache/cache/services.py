@@ -7,7 +7,7 @@ per-key versions strictly increasing (docs/protocol.md#ordering).
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
@@ -21,6 +21,7 @@ from durablecache.cache.exceptions import (
 )
 from durablecache.cache.models import Entry, Event, EventLog, Node, Op, Region
 from durablecache.cache.validation import (
+    json_text,
     validate_json_value,
     validate_key,
     validate_name,
@@ -58,8 +59,8 @@ def _lock_log(reserve: int) -> int:
 # of them (docs/performance.md, "The ORM on the hot paths").
 
 
-def _insert_sql(model: Any, fields: list[Any]) -> str:
-    return sql.insert_sql(model, fields, connection)
+def _insert_sql(model: Any, fields: list[Any], *, json_as_text: bool = False) -> str:
+    return sql.insert_sql(model, fields, connection, json_as_text=json_as_text)
 
 
 _EVENT_FIELDS = list(Event._meta.concrete_fields)
@@ -126,10 +127,13 @@ def _locked_entry(region: Region, key: str) -> Entry | None:
 _KEYS_PER_LOOKUP = 2000
 
 
-def _locked_entries(region: Region, keys: list[str]) -> dict[str, Entry]:
-    """The entry rows of ``keys`` that exist, locked, by key."""
+def _locked_versions(
+    region: Region, keys: list[str]
+) -> dict[str, tuple[int, int, bool]]:
+    """``{key: (id, version, is_destroyed)}`` of the entry rows of ``keys``
+    that exist, locked."""
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    found: dict[str, Entry] = {}
+    found: dict[str, tuple[int, int, bool]] = {}
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         for chunk in sql.chunks(keys, _KEYS_PER_LOOKUP):
@@ -140,13 +144,7 @@ def _locked_entries(region: Region, keys: list[str]) -> dict[str, Entry]:
                 [region.pk, *chunk],
             )
             for pk, key, version, is_destroyed in cursor.fetchall():
-                entry = Entry.from_db(
-                    connection.alias,
-                    ["id", "region_id", "key", "version", "is_destroyed"],
-                    [pk, region.pk, key, version, bool(is_destroyed)],
-                )
-                entry.region = region
-                found[key] = entry
+                found[key] = (pk, version, bool(is_destroyed))
     return found
 
 
@@ -157,25 +155,6 @@ def _update_entry_sql() -> str:
     quote = connection.ops.quote_name
     sets = ", ".join(f"{quote(f.column)} = %s" for f in _ENTRY_FIELDS)
     return f"UPDATE {_table(Entry)} SET {sets} WHERE id = %s"  # noqa: S608
-
-
-def _save_entries(to_create: list[Entry], to_update: list[Entry]) -> None:
-    """Insert and update many entry rows after ``_change``, one
-    ``executemany`` each (Django's bulk_update builds a CASE per column and
-    row, which cost more than the rest of a putall)."""
-    with connection.cursor() as cursor:
-        conn = connections[DEFAULT_DB_ALIAS]
-        if to_create:
-            cursor.executemany(
-                _insert_sql(Entry, _ENTRY_FIELDS),
-                sql.prepared_rows(to_create, _ENTRY_FIELDS, conn),
-            )
-        if to_update:
-            rows = sql.prepared_rows(to_update, _ENTRY_FIELDS, conn)
-            cursor.executemany(
-                _update_entry_sql(),
-                [[*row, e.pk] for row, e in zip(rows, to_update, strict=True)],
-            )
 
 
 def _save_entry(entry: Entry) -> None:
@@ -250,30 +229,89 @@ def _change(
     return entry, spec
 
 
-def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[Event]:
-    """Create or update many keys at once: all or nothing, one event per key."""
+class WrittenEvent(NamedTuple):
+    """What a putall answers per key: the event it appended."""
+
+    seq: int
+    event_id: str
+    key: str
+    op: str
+    version: int
+
+
+# A putall's rows, in these columns (asserted against the models).
+_PUTALL_ENTRY = ["region", "key", "value", "version", "is_destroyed", "updated_at"]
+_PUTALL_EVENT = ["seq", "event_id", "region", "key", "op", "value", "version"]
+assert [f.name for f in _ENTRY_FIELDS] == _PUTALL_ENTRY  # noqa: S101
+assert [f.name for f in _EVENT_FIELDS] == [*_PUTALL_EVENT, "conflate", "ts"]  # noqa: S101
+
+
+def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEvent]:
+    """Create or update many keys at once: all or nothing, one event per key.
+
+    Rows are written as column values, each value's JSON text made once for
+    its entry and its event: a model instance per entry and per event, and
+    each field's adaptation (the JSON encoded twice, the timestamp made
+    naive per row) were two thirds of a putall's CPU (docs/performance.md).
+    """
     if not isinstance(entries, Mapping) or not entries:
         raise ValidationError("entries must be a non-empty object")
     if len(entries) > MAX_PUTALL:
         raise ValidationError(f"at most {MAX_PUTALL} entries per putall")
+    texts = {}
     for key, value in entries.items():
         validate_key(key)
-        validate_json_value(value)
+        texts[key] = json_text(value)
+    conn = connections[DEFAULT_DB_ALIAS]
     with transaction.atomic():
         before = _lock_log(len(entries))
         reg = _region(region)
-        existing = _locked_entries(reg, list(entries))
-        to_create: list[Entry] = []
-        to_update: list[Entry] = []
-        specs: list[dict[str, Any]] = []
+        existing = _locked_versions(reg, list(entries))
+        now = timezone.now()
+        updated_at = Entry._meta.get_field("updated_at").get_db_prep_save(now, conn)
+        ts = Event._meta.get_field("ts").get_db_prep_save(now, conn)
+        name, conflate = reg.name, reg.conflate_events
+        creates: list[list[Any]] = []
+        updates: list[list[Any]] = []
+        events: list[list[Any]] = []
+        written: list[WrittenEvent] = []
+        seq = before
         for key in sorted(entries):
+            text = texts[key]
             old = existing.get(key)
-            op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE
-            entry, spec = _change(reg, old, key, op, entries[key])
-            (to_create if old is None else to_update).append(entry)
-            specs.append(spec)
-        _save_entries(to_create, to_update)
-        return _append_events(before, specs)
+            if old is None:
+                op, version = Op.CREATE.value, 1
+                creates.append([reg.pk, key, text, version, False, updated_at])
+            else:
+                pk, version, destroyed = old
+                op = Op.CREATE.value if destroyed else Op.UPDATE.value
+                version += 1
+                updates.append([text, version, False, updated_at, pk])
+            seq += 1
+            event_id = uuid.uuid4().hex
+            events.append([seq, event_id, name, key, op, text, version, conflate, ts])
+            written.append(WrittenEvent(seq, event_id, key, op, version))
+        with connection.cursor() as cursor:
+            if creates:
+                cursor.executemany(
+                    _insert_sql(Entry, _ENTRY_FIELDS, json_as_text=True), creates
+                )
+            if updates:
+                cursor.executemany(_update_entry_values_sql(), updates)
+            cursor.executemany(
+                _insert_sql(Event, _EVENT_FIELDS, json_as_text=True), events
+            )
+        hooks.events_written(seq)
+    return written
+
+
+def _update_entry_values_sql() -> str:
+    quote = connection.ops.quote_name
+    value = quote("value")
+    return (
+        f"UPDATE {_table(Entry)} SET {value} = {sql.json_text_mark(connection)},"  # noqa: S608
+        " version = %s, is_destroyed = %s, updated_at = %s WHERE id = %s"
+    )
 
 
 def entry_put(*, region: str, key: str, value: Any) -> tuple[Entry, Event]:

@@ -35,12 +35,29 @@ def table(model: Any, connection: Any) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
-def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:
-    """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``."""
+def insert_sql(
+    model: Any, fields: list[Any], connection: Any, *, json_as_text: bool = False
+) -> str:
+    """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``.
+
+    ``json_as_text``: the JSON fields' values are given as JSON text (as
+    read from another JSON column: no decode and encode per row), which
+    PostgreSQL must be told is ``jsonb``.
+    """
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
+    marks = ", ".join(
+        json_text_mark(connection)
+        if json_as_text and f.get_internal_type() == "JSONField"
+        else "%s"
+        for f in fields
+    )
     return f"INSERT INTO {table(model, connection)} ({columns}) VALUES ({marks})"  # noqa: S608
+
+
+def json_text_mark(connection: Any) -> str:
+    """The placeholder of a JSON column whose value is JSON text."""
+    return "%s::jsonb" if connection.vendor == "postgresql" else "%s"
 
 
 def prepared_rows(

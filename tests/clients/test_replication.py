@@ -22,6 +22,7 @@ from clients.maintenance import report_queue_sizes
 from clients.models import ClientHistory, DurableClient, QueueSizeReport
 from clients.replication import DOWN, DRAINING, UP, Membership
 from durablecache.cache.models import Event, Node
+from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState
@@ -105,7 +106,9 @@ def fill_queue(client_id, seqs, *, durable_id="d1"):
         for s in seqs
     ]
     with transaction.atomic(using="node"):
-        queue_services.queue_append_many({client_id: events})
+        queue_services.queue_append_many(
+            {client_id: [LoggedEvent.of(e) for e in events]}
+        )
 
 
 def recorder(monkeypatch, name):

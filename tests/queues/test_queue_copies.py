@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from durablecache.cache.models import Event
+from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueEntry, QueueState
@@ -48,7 +49,9 @@ def source_queue(seqs, *, durable_id="src", conflate="false"):
 def append(client_id, seqs):
     """What this node's own fan-out does for the queue."""
     with transaction.atomic(using="node"):
-        queue_services.queue_append_many({client_id: [event(s) for s in seqs]})
+        queue_services.queue_append_many(
+            {client_id: [LoggedEvent.of(event(s)) for s in seqs]}
+        )
 
 
 def set_cursor(through):

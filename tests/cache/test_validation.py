@@ -1,0 +1,67 @@
+"""durablecache.cache.validation: json_text refuses exactly what
+validate_json_value refuses, and stores what json.dumps makes."""
+
+import json
+
+import pytest
+
+from durablecache.cache.exceptions import ValidationError
+from durablecache.cache.validation import MAX_DEPTH, json_text, validate_json_value
+
+
+def nested(depth):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+GOOD = [
+    0,
+    -1.5,
+    True,
+    "plain",
+    "caf\u00e9",
+    "\U0001f600 astral (escaped as a surrogate pair)",
+    "a literal backslash-u0000: \\u0000",
+    "a literal backslash-ud800: \\ud800",
+    {"i": 1, "s": "abc", "n": None, "l": [1, {"x": [2]}]},
+    [],
+    {},
+    nested(MAX_DEPTH),
+    {"k": nested(MAX_DEPTH - 1)},
+    "[" * (MAX_DEPTH + 5),  # brackets inside a string are not nesting
+]
+
+BAD = [
+    float("nan"),
+    {"x": [float("inf")]},
+    "a\u0000b",
+    {"k\u0000": 1},
+    "lone \ud800 surrogate",
+    {"\udc00": 1},
+    nested(MAX_DEPTH + 1),
+    {1: "integer key"},
+    {"a": {None: 1}},
+    {"set": {1, 2}},
+    b"bytes",
+]
+
+
+@pytest.mark.parametrize("value", GOOD)
+def test_a_storable_value_is_its_json_text(value):
+    assert validate_json_value(value) is value
+    assert json_text(value) == json.dumps(value)
+
+
+def test_null_is_stored_as_null():
+    assert json_text(None) is None
+
+
+@pytest.mark.parametrize("value", BAD)
+def test_what_validation_refuses_json_text_refuses_too(value):
+    with pytest.raises(ValidationError) as expected:
+        validate_json_value(value)
+    with pytest.raises(ValidationError) as got:
+        json_text(value)
+    assert str(got.value) == str(expected.value)
