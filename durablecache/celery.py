@@ -4,7 +4,13 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, task_revoked, worker_init
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    task_revoked,
+    worker_init,
+    worker_ready,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 
@@ -18,6 +24,13 @@ def _mark_progress_from_now(**_: Any) -> None:
     from durablecache import liveness
 
     liveness.enable()
+
+
+@worker_ready.connect
+def _say_ready(**_: Any) -> None:
+    from durablecache import liveness
+
+    liveness.mark_ready()
 
 
 @task_prerun.connect

@@ -10,10 +10,12 @@ while ticks were being sent to it, after asking it (SIGUSR1) to write every
 thread's stack to its log. The worker holds no state (rows are the truth).
 """
 
+import contextlib
 import faulthandler
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BEAT_EVERY_S = 0.5
@@ -59,3 +61,29 @@ def idle_for(path: Path) -> float:
         return max(0.0, time.time() - path.stat().st_mtime)
     except OSError:
         return float("inf")
+
+
+def ready_path() -> Path:
+    from durablecache import nodes
+
+    return nodes.log_dir() / "worker.ready"
+
+
+def mark_ready() -> None:
+    """In the worker process: it consumes tasks now (Celery's worker_ready)."""
+    with contextlib.suppress(OSError):
+        ready_path().write_text(str(os.getpid()))
+
+
+def wait_ready(*, pid: int, timeout: float, alive: Callable[[], bool]) -> bool:
+    """Until the worker ``pid`` marked itself ready, the deadline passes or
+    alive() fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            if ready_path().read_text() == str(pid):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False

@@ -111,14 +111,9 @@ class _PreparedEvents:
 
 def _insert_entries(rows: list[list[Any]]) -> None:
     """Insert queue entries given as column values [queue, *event fields]."""
-    if not rows:
-        return
-    connection = connections[NODE_STORE]
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            sql.insert_sql(QueueEntry, _ENTRY_FIELDS, connection, json_as_text=True),
-            rows,
-        )
+    sql.insert_rows(
+        connections[NODE_STORE], QueueEntry, _ENTRY_FIELDS, rows, json_as_text=True
+    )
 
 
 @dataclass

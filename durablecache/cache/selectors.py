@@ -2,12 +2,13 @@
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from durablecache.cache import sql
 from durablecache.cache.exceptions import NoSuchRegionError, NotFoundError
@@ -115,26 +116,41 @@ class LoggedEvent(NamedTuple):
 
 def logged_events_after(*, seq: int, limit: int) -> list[LoggedEvent]:
     """The events after ``seq``, in seq order, at most ``limit``: one
-    statement, rows as read (timestamps aware, one object per distinct
-    timestamp, so a batch written by one putall prepares its one once)."""
+    statement, rows as read.
+
+    Timestamps are read as text and parsed once per distinct one (a putall's
+    events share theirs, and then their one object, which the fan-out
+    prepares once): the drivers' per-row conversion (Django's timestamptz
+    loader on PostgreSQL) was ~11 us per event there, the text ~0.5.
+    """
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(c) for c in _LOGGED_FIELDS)
+    columns = ", ".join(quote(c) for c in _LOGGED_FIELDS[:-1])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns} FROM {sql.table(Event, connection)}"  # noqa: S608
+            f"SELECT {columns}, CAST({quote('ts')} AS TEXT)"  # noqa: S608
+            f" FROM {sql.table(Event, connection)}"
             f" WHERE {quote('seq')} > %s ORDER BY {quote('seq')} LIMIT %s",
             [seq, limit],
         )
         rows = cursor.fetchall()
-    stamps: dict[Any, datetime] = {}
+    stamps: dict[str, datetime] = {}
     events = []
     for row in rows:
-        raw = row[-1]
-        ts = stamps.get(raw)
+        text = row[-1]
+        ts = stamps.get(text)
         if ts is None:
-            ts = stamps[raw] = raw if raw.tzinfo else raw.replace(tzinfo=UTC)
+            ts = stamps[text] = _aware(text)
         events.append(LoggedEvent._make((*row[:7], bool(row[7]), ts)))
     return events
+
+
+def _aware(text: str) -> datetime:
+    """A timestamp column's text: PostgreSQL's has its offset, SQLite's is
+    naive UTC (USE_TZ)."""
+    parsed = parse_datetime(text)
+    if parsed is None:
+        raise ValueError(f"not a timestamp: {text!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 _LOGGED_FIELDS = (*LoggedEvent._fields[:5], "value", *LoggedEvent._fields[6:])

@@ -291,16 +291,11 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
             event_id = uuid.uuid4().hex
             events.append([seq, event_id, name, key, op, text, version, conflate, ts])
             written.append(WrittenEvent(seq, event_id, key, op, version))
-        with connection.cursor() as cursor:
-            if creates:
-                cursor.executemany(
-                    _insert_sql(Entry, _ENTRY_FIELDS, json_as_text=True), creates
-                )
-            if updates:
+        sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates, json_as_text=True)
+        if updates:
+            with connection.cursor() as cursor:
                 cursor.executemany(_update_entry_values_sql(), updates)
-            cursor.executemany(
-                _insert_sql(Event, _EVENT_FIELDS, json_as_text=True), events
-            )
+        sql.insert_rows(conn, Event, _EVENT_FIELDS, events, json_as_text=True)
         hooks.events_written(seq)
     return written
 

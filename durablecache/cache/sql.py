@@ -55,6 +55,37 @@ def insert_sql(
     return f"INSERT INTO {table(model, connection)} ({columns}) VALUES ({marks})"  # noqa: S608
 
 
+def insert_rows(
+    connection: Any,
+    model: Any,
+    fields: list[Any],
+    rows: Sequence[Sequence[Any]],
+    *,
+    json_as_text: bool = False,
+) -> None:
+    """Insert ``rows`` (each the values of ``fields``, in database form).
+
+    On PostgreSQL in one ``COPY``: ``executemany`` sent one statement per
+    row, each formatted in Python (Django binds parameters on the client),
+    which was most of a putall's and a fan-out's time there. JSON text
+    needs no cast in COPY's text format. Elsewhere ``executemany``.
+    """
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.executemany(
+                insert_sql(model, fields, connection, json_as_text=json_as_text), rows
+            )
+            return
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in fields)
+        statement = f"COPY {table(model, connection)} ({columns}) FROM STDIN"
+        with cursor.cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
 def json_text_mark(connection: Any) -> str:
     """The placeholder of a JSON column whose value is JSON text."""
     return "%s::jsonb" if connection.vendor == "postgresql" else "%s"

@@ -1,6 +1,7 @@
 """durablecache.cache.sql: statements and prepared values for the hot paths."""
 
 import datetime as dt
+import json
 
 import pytest
 from django.db import connections
@@ -82,3 +83,36 @@ def test_chunks_cover_every_item_once_in_order(count, size):
     parts = list(sql.chunks(items, size))
     assert [i for part in parts for i in part] == items
     assert all(0 < len(part) <= size for part in parts)
+
+
+AWKWARD = [
+    {"tab\t": "line\nbreak", "back\\slash": "\\N", "quote": "'\""},
+    "caf\u00e9 \U0001f600",
+    [1, 2.5, None, True],
+    None,
+]
+
+
+@pytest.mark.django_db
+def test_inserted_rows_read_back_as_written():
+    # On PostgreSQL the rows go through COPY's text format: its escapes
+    # (tab, newline, backslash, \N for null) must not touch the values.
+    connection = connections["default"]
+    now = dt.datetime(2026, 12, 2, 1, 2, 3, 456789, tzinfo=dt.UTC)
+    ts = Event._meta.get_field("ts").get_db_prep_save(now, connection)
+    rows = [
+        [i + 1, f"e{i}", "r\tx", f"k\n{i}", "update", value_text, i, False, ts]
+        for i, value_text in enumerate(
+            None if v is None else json.dumps(v) for v in AWKWARD
+        )
+    ]
+    sql.insert_rows(connection, Event, FIELDS, rows, json_as_text=True)
+    got = Event.objects.order_by("seq").values_list("region", "key", "value", "ts")
+    got = list(got)
+    assert got == [("r\tx", f"k\n{i}", v, now) for i, v in enumerate(AWKWARD)]
+
+
+@pytest.mark.django_db
+def test_inserting_no_rows_is_nothing():
+    sql.insert_rows(connections["default"], Event, FIELDS, [], json_as_text=True)
+    assert not Event.objects.exists()

@@ -99,3 +99,17 @@ def test_a_new_worker_gets_the_whole_limit(node, settings):
     _age(n, 60)
     assert n.restart_worker_if_stalled(time.monotonic() - 60) is False
     assert len(started) == 1
+
+
+def test_ready_is_the_mark_of_the_worker_asked_about(data_dir):
+    ticks = iter(range(1000))
+    liveness.mark_ready()  # this process's pid
+    assert liveness.wait_ready(pid=os.getpid(), timeout=5, alive=lambda: True)
+    # A mark left by an earlier worker is not this one's.
+    assert not liveness.wait_ready(
+        pid=os.getpid() + 1, timeout=5, alive=lambda: next(ticks) < 3
+    )
+
+
+def test_waiting_for_ready_stops_when_the_node_dies(data_dir):
+    assert not liveness.wait_ready(pid=os.getpid(), timeout=60, alive=lambda: False)

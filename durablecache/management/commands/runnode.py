@@ -80,7 +80,13 @@ class Node:
         ]
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
-        if not nodes.wait_http(f"{self.url}/healthz/", timeout=60, alive=self.alive):
+        # Ready: the HTTP side answers and the worker consumes tasks (a
+        # write right after "ready" is fanned out at once, not after the
+        # worker's start-up).
+        up = nodes.wait_http(f"{self.url}/healthz/", timeout=60, alive=self.alive)
+        if not up or not liveness.wait_ready(
+            pid=self.children[0].pid, timeout=60, alive=self.alive
+        ):
             self.stop()
             raise CommandError(f"{self.name} did not come up")
         out.write(f"{self.name} {self.url} ready")
