@@ -69,7 +69,10 @@ class Event(models.Model):
     """
 
     seq = models.BigIntegerField(primary_key=True)
-    event_id = models.CharField(max_length=32, unique=True)
+    # Cluster-unique by construction (a uuid4's 122 random bits), not by an
+    # index: nothing looks an event up by its id, and a unique index on a
+    # random string doubled the cost of appending events (docs/performance.md).
+    event_id = models.CharField(max_length=32)
     region = models.CharField(max_length=128)
     key = models.CharField(max_length=512, null=True)
     op = models.CharField(max_length=16, choices=Op.choices)
