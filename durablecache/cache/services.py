@@ -59,8 +59,8 @@ def _lock_log(reserve: int) -> int:
 # of them (docs/performance.md, "The ORM on the hot paths").
 
 
-def _insert_sql(model: Any, fields: list[Any], *, json_as_text: bool = False) -> str:
-    return sql.insert_sql(model, fields, connection, json_as_text=json_as_text)
+def _insert_sql(model: Any, fields: list[Any]) -> str:
+    return sql.insert_sql(model, fields, connection)
 
 
 _EVENT_FIELDS = list(Event._meta.concrete_fields)
@@ -252,7 +252,7 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
     Rows are written as column values, each value's JSON text made once for
     its entry and its event: a model instance per entry and per event, and
     each field's adaptation (the JSON encoded twice, the timestamp made
-    naive per row) were two thirds of a putall's CPU (docs/performance.md).
+    naive per row) were about half of a putall's CPU (docs/performance.md).
     """
     if not isinstance(entries, Mapping) or not entries:
         raise ValidationError("entries must be a non-empty object")
