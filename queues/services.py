@@ -111,9 +111,7 @@ class _PreparedEvents:
 
 def _insert_entries(rows: list[list[Any]]) -> None:
     """Insert queue entries given as column values [queue, *event fields]."""
-    sql.insert_rows(
-        connections[NODE_STORE], QueueEntry, _ENTRY_FIELDS, rows, json_as_text=True
-    )
+    sql.insert_rows(connections[NODE_STORE], QueueEntry, _ENTRY_FIELDS, rows)
 
 
 @dataclass

@@ -291,11 +291,11 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
             event_id = uuid.uuid4().hex
             events.append([seq, event_id, name, key, op, text, version, conflate, ts])
             written.append(WrittenEvent(seq, event_id, key, op, version))
-        sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates, json_as_text=True)
+        sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates)
         if updates:
             with connection.cursor() as cursor:
                 cursor.executemany(_update_entry_values_sql(), updates)
-        sql.insert_rows(conn, Event, _EVENT_FIELDS, events, json_as_text=True)
+        sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
         hooks.events_written(seq)
     return written
 

@@ -35,23 +35,11 @@ def table(model: Any, connection: Any) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
-def insert_sql(
-    model: Any, fields: list[Any], connection: Any, *, json_as_text: bool = False
-) -> str:
-    """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``.
-
-    ``json_as_text``: the JSON fields' values are given as JSON text (as
-    read from another JSON column: no decode and encode per row), which
-    PostgreSQL must be told is ``jsonb``.
-    """
+def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:
+    """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``."""
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
-    marks = ", ".join(
-        json_text_mark(connection)
-        if json_as_text and f.get_internal_type() == "JSONField"
-        else "%s"
-        for f in fields
-    )
+    marks = ", ".join(["%s"] * len(fields))
     return f"INSERT INTO {table(model, connection)} ({columns}) VALUES ({marks})"  # noqa: S608
 
 
@@ -60,23 +48,21 @@ def insert_rows(
     model: Any,
     fields: list[Any],
     rows: Sequence[Sequence[Any]],
-    *,
-    json_as_text: bool = False,
 ) -> None:
-    """Insert ``rows`` (each the values of ``fields``, in database form).
+    """Insert ``rows`` (each the values of ``fields``, in database form; a
+    JSON column's value as its JSON text).
 
     On PostgreSQL in one ``COPY``: ``executemany`` sent one statement per
     row, each formatted in Python (Django binds parameters on the client),
-    which was most of a putall's and a fan-out's time there. JSON text
-    needs no cast in COPY's text format. Elsewhere ``executemany``.
+    which was most of a putall's and a fan-out's time there; COPY's text
+    format takes JSON text for ``jsonb`` as it is, as SQLite's text column
+    does. Elsewhere ``executemany``.
     """
     if not rows:
         return
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
-            cursor.executemany(
-                insert_sql(model, fields, connection, json_as_text=json_as_text), rows
-            )
+            cursor.executemany(insert_sql(model, fields, connection), rows)
             return
         quote = connection.ops.quote_name
         columns = ", ".join(quote(f.column) for f in fields)

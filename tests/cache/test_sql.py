@@ -106,7 +106,7 @@ def test_inserted_rows_read_back_as_written():
             None if v is None else json.dumps(v) for v in AWKWARD
         )
     ]
-    sql.insert_rows(connection, Event, FIELDS, rows, json_as_text=True)
+    sql.insert_rows(connection, Event, FIELDS, rows)
     got = Event.objects.order_by("seq").values_list("region", "key", "value", "ts")
     got = list(got)
     assert got == [("r\tx", f"k\n{i}", v, now) for i, v in enumerate(AWKWARD)]
@@ -114,5 +114,5 @@ def test_inserted_rows_read_back_as_written():
 
 @pytest.mark.django_db
 def test_inserting_no_rows_is_nothing():
-    sql.insert_rows(connections["default"], Event, FIELDS, [], json_as_text=True)
+    sql.insert_rows(connections["default"], Event, FIELDS, [])
     assert not Event.objects.exists()
