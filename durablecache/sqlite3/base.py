@@ -15,12 +15,26 @@ frames p99 4.6-6.3 s -> 3.0-4.5 s.
 A transaction that cannot have the lock within the connection's timeout
 goes on without it (SQLite still serialises it): never a deadlock, at
 worst the old behaviour. Statements in autocommit mode do not take it.
+
+Across processes the ``BEGIN IMMEDIATE`` itself is retried every
+``BEGIN_POLL_MS`` instead of waiting in SQLite's busy handler, whose
+sleeps grow to 100 ms: a process whose write transactions follow each
+other closely (a node's Daphne with its delivery rounds, its worker with
+its fan-outs) took the lock again and again while the other slept, and
+the fan-out waited up to 1.6 s for the node store (docs/performance.md).
+Other statements keep the connection's timeout.
 """
 
+import sqlite3
 import threading
+import time
 from typing import Any
 
 from django.db.backends.sqlite3 import base
+
+# How long one try at BEGIN IMMEDIATE waits in SQLite's busy handler (it
+# sleeps 1 ms, then 1 ms) before the next try.
+BEGIN_POLL_MS = 2
 
 _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
@@ -56,10 +70,33 @@ class DatabaseWrapper(base.DatabaseWrapper):
         timeout = float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self._held = lock if lock.acquire(timeout=timeout) else None
         try:
-            super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            if not self._begin_polling(timeout):
+                # Out of time: Django's own BEGIN, which waits the whole
+                # timeout once more and raises as Django raises.
+                super()._start_transaction_under_autocommit()  # type: ignore[misc]
         except BaseException:
             self._release_writer_lock()
             raise
+
+    def _begin_polling(self, timeout: float) -> bool:
+        """BEGIN, retried every ``BEGIN_POLL_MS`` while another process
+        writes; False when ``timeout`` passed without it."""
+        raw = self.connection
+        begin = f"BEGIN {getattr(self, 'transaction_mode', None) or ''}"
+        deadline = time.monotonic() + timeout
+        raw.execute(f"PRAGMA busy_timeout = {BEGIN_POLL_MS}")
+        try:
+            while True:
+                try:
+                    raw.execute(begin)
+                    return True
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                        raise
+                    if time.monotonic() >= deadline:
+                        return False
+        finally:
+            raw.execute(f"PRAGMA busy_timeout = {round(timeout * 1000)}")
 
     def _release_writer_lock(self) -> None:
         held, self._held = self._held, None

@@ -1,5 +1,6 @@
 """durablecache.sqlite3: a process's writers of one SQLite file queue on a lock."""
 
+import sqlite3
 import threading
 
 import pytest
@@ -81,3 +82,59 @@ def test_a_second_writer_of_the_process_waits_for_the_first(make):
     end(first, "commit")
     thread.join(30)
     assert order == [("first commits", None), ("second saw", 1)]
+
+
+def _other_process_writer(path):
+    """A connection outside this backend (its locks), as another process's:
+    only SQLite's own locking stands between it and ours."""
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("PRAGMA journal_mode=WAL")
+    return other
+
+
+def test_a_begin_meeting_another_writer_retries_until_it_is_done(make):
+    conn = make()
+    with conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (n integer)")
+    other = _other_process_writer(conn.settings_dict["NAME"])
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t VALUES (1)")
+    tries = []
+    real = conn._begin_polling
+
+    def counting(timeout):
+        tries.append(timeout)
+        return real(timeout)
+
+    conn._begin_polling = counting
+    done = threading.Timer(0.2, other.execute, ["COMMIT"])
+    done.start()
+    try:
+        begin(conn)  # polls while the other holds the write lock
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM t")
+            assert cursor.fetchone()[0] == 1  # in after the other's commit
+        end(conn, "commit")
+    finally:
+        done.join()
+        other.close()
+    assert tries == [30.0]
+    with conn.cursor() as cursor:  # statements keep the connection's timeout
+        cursor.execute("PRAGMA busy_timeout")
+        assert cursor.fetchone()[0] == 30000
+
+
+def test_a_begin_out_of_time_says_so(make):
+    conn = make()
+    with conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (n integer)")
+    other = _other_process_writer(conn.settings_dict["NAME"])
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        assert conn._begin_polling(0.05) is False
+        assert not conn.in_atomic_block
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert conn._begin_polling(0.05) is True  # free again: in at once
+    conn.connection.execute("ROLLBACK")
