@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections
+from django.utils.dateparse import parse_datetime
 
 from durablecache.cache import sql
 from durablecache.cache.events import format_ts
@@ -52,6 +53,11 @@ def _events_sql(vendor: str, *, bounded: bool) -> str:
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(c) for c in _EVENT_COLUMNS)  # column = field name
+    if vendor == "sqlite":
+        # The timestamp as its stored text: the column's declared type makes
+        # sqlite3 parse it into a datetime per row fetched (a converter
+        # Django registers), only for ts_text to format it back.
+        columns = columns.replace(quote("ts"), f"CAST({quote('ts')} AS TEXT)")
     seq, queue = quote("seq"), quote("queue_id")
     upper = f" AND {seq} <= %s" if bounded else ""
     return (
@@ -60,16 +66,30 @@ def _events_sql(vendor: str, *, bounded: bool) -> str:
     )
 
 
-def ts_text(ts: datetime) -> str:
-    """A stored timestamp as the wire wants it: SQLite hands back naive UTC
-    datetimes (USE_TZ), PostgreSQL aware ones."""
+def ts_text(ts: datetime | str) -> str:
+    """A stored timestamp as the wire wants it: PostgreSQL hands back aware
+    datetimes; SQLite naive UTC ones (USE_TZ), or the text it stores them
+    as (``YYYY-MM-DD HH:MM:SS[.ffffff]``, what ``str()`` of the naive
+    datetime wrote) when the statement reads it as text."""
+    if isinstance(ts, str):
+        if len(ts) in (19, 26) and ts[10] == " ":
+            return f"{ts[:10]}T{ts[11:]}Z"
+        parsed = parse_datetime(ts)
+        if parsed is None:
+            raise ValueError(f"not a stored timestamp: {ts!r}")
+        ts = parsed
     if ts.tzinfo is None:
         return ts.isoformat() + "Z"
     return format_ts(ts)
 
 
 def queue_events_after(
-    *, client_id: uuid.UUID, after: int, limit: int, through: int | None = None
+    *,
+    client_id: uuid.UUID,
+    after: int,
+    limit: int,
+    through: int | None = None,
+    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Like ``queue_entries_after`` but as public event fields, for the
     delivery loop; the value stays the JSON text stored (``value_json``),
@@ -80,6 +100,12 @@ def queue_events_after(
     against ~0.05 ms for the statement itself (docs/performance.md). Model
     instances, with their init signals, were a third of a replay's CPU
     before that.
+
+    ``shared`` maps ``(event id, seq)`` to an event already built: every
+    queue holding an event holds the same fields (a queue entry is a copy of
+    the logged event), so the reads of one delivery round, one per socket,
+    build each event once and hand the sockets the same dict (which lets a
+    socket reuse the frame another built: ``SubscriptionConsumer._send_rows``).
     """
     connection = connections[NODE_STORE]
     queue_id = QueueEntry._meta.get_field("queue").get_db_prep_value(
@@ -93,19 +119,25 @@ def queue_events_after(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    return [
-        {
-            "id": event_id,
-            "seq": seq,
-            "region": region,
-            "key": key,
-            "op": op,
-            "value_json": "null" if value is None else value,
-            "version": version,
-            "ts": ts_text(ts),
-        }
-        for event_id, seq, region, key, op, value, version, ts in rows
-    ]
+    if shared is None:
+        shared = {}
+    events = []
+    for row in rows:
+        event = shared.get((row[0], row[1]))
+        if event is None:
+            event_id, seq, region, key, op, value, version, ts = row
+            event = shared[event_id, seq] = {
+                "id": event_id,
+                "seq": seq,
+                "region": region,
+                "key": key,
+                "op": op,
+                "value_json": "null" if value is None else value,
+                "version": version,
+                "ts": ts_text(ts),
+            }
+        events.append(event)
+    return events
 
 
 def queue_sizes() -> dict[uuid.UUID, int]:
@@ -113,7 +145,14 @@ def queue_sizes() -> dict[uuid.UUID, int]:
 
 
 def queue_client_ids() -> list[uuid.UUID]:
-    return list(QueueState.objects.values_list("client_id", flat=True))
+    """The clients whose queue this node hosts (one statement: the fan-out
+    reads it once per pass)."""
+    connection = connections[NODE_STORE]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT client_id FROM {sql.table(QueueState, connection)}")  # noqa: S608
+        rows = cursor.fetchall()
+    to_uuid = QueueState._meta.pk.to_python
+    return [to_uuid(pk) for (pk,) in rows]
 
 
 def queue_created_at() -> dict[uuid.UUID, Any]:
@@ -192,6 +231,18 @@ def queue_copies_stalled(*, before: Any) -> list[QueueState]:
 
 def queue_states() -> list[QueueState]:
     return list(QueueState.objects.all())
+
+
+def queue_size_and_acked() -> dict[uuid.UUID, tuple[int, int]]:
+    """``{client_id: (size, acked_through)}`` of every queue hosted here,
+    in one statement (no model instances: the tick reads it for every
+    hosted queue)."""
+    return {
+        client_id: (size, acked)
+        for client_id, size, acked in QueueState.objects.values_list(
+            "client_id", "size", "acked_through"
+        )
+    }
 
 
 def queue_acked_through() -> dict[uuid.UUID, int]:

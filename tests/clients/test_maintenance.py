@@ -52,6 +52,32 @@ def test_queue_sizes_are_reported_and_follow_changes(user, region):
     ]
 
 
+def test_a_changed_report_is_rewritten_and_an_unchanged_one_left(user, region):
+    changing, idle = connected(user, "changing"), connected(user, "idle")
+    maintenance.report_queue_sizes("node-1")
+    long_ago = timezone.now() - timedelta(hours=1)
+    QueueSizeReport.objects.update(reported_at=long_ago)
+    cache_services.entry_put(region="prices", key="k", value=1)
+    fanout.fanout_node("node-1")
+    head = queue_selectors.queue_head(client_id=idle.id)
+    queue_services.queue_ack(client_id=idle.id, up_to=head)
+    maintenance.report_queue_sizes("node-1")
+    reports = {
+        r.client_id: (r.size, r.acked_through, r.reported_at > long_ago)
+        for r in QueueSizeReport.objects.all()
+    }
+    assert reports[changing.id] == (1, 0, True)  # one more event queued
+    acked = queue_selectors.queue_size_and_acked()[idle.id]
+    assert acked[0] == 0
+    assert acked[1] > 0
+    assert reports[idle.id] == (*acked, True)  # acked since the last report
+    QueueSizeReport.objects.update(reported_at=long_ago)
+    maintenance.report_queue_sizes("node-1")  # nothing changed: nothing written
+    assert set(QueueSizeReport.objects.values_list("reported_at", flat=True)) == {
+        long_ago
+    }
+
+
 def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
     client = connected(user, "moved")
     DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
