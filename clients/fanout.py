@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from clients import selectors
 from clients.matching import key_matches
-from clients.models import Interest
 from durablecache import liveness
 from durablecache.cache import selectors as cache_selectors
 from queues import notify
@@ -32,15 +32,8 @@ def match_events(
     events: list[Any], hosted: set[uuid.UUID]
 ) -> dict[uuid.UUID, list[Any]]:
     """Return, per hosted client, the events its interests want, in order."""
-    regions = {e.region for e in events}
-    interests = list(
-        Interest.objects.filter(region__in=regions, client_id__in=hosted).values_list(
-            "client_id", "region", "kind", "selector", "since_seq"
-        )
-        if len(hosted) <= 500
-        else Interest.objects.filter(region__in=regions).values_list(
-            "client_id", "region", "kind", "selector", "since_seq"
-        )
+    interests = selectors.interest_rows(
+        regions={e.region for e in events}, client_ids=hosted
     )
     by_region: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for row in interests:
@@ -65,16 +58,15 @@ def fanout_node(node: str | None = None) -> int:
     total = 0
     while True:
         with transaction.atomic(using=NODE_STORE):
-            cursor = queue_services.cursor_lock(node)
+            through = queue_services.cursor_read_locked(node)
             events = cache_selectors.logged_events_after(
-                seq=cursor.fanout_through, limit=settings.DURABLECACHE_FANOUT_BATCH
+                seq=through, limit=settings.DURABLECACHE_FANOUT_BATCH
             )
             if not events:
                 break
             hosted = set(queue_selectors.queue_client_ids())
             heads = queue_services.queue_append_many(match_events(events, hosted))
-            cursor.fanout_through = events[-1].seq
-            cursor.save(update_fields=["fanout_through", "updated_at"])
+            queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
         liveness.beat()  # a long backlog is progress, not a wedged worker
         notify.ring_many(heads, node)

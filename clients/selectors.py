@@ -5,6 +5,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
@@ -24,6 +25,39 @@ from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import sql
 from durablecache.cache.exceptions import ConflictError
 from queues import selectors as queue_selectors
+
+# Interests per fan-out: one statement, not a queryset (building it was
+# ~0.4 ms of a fan-out that moved one event to 10 queues in ~2 ms).
+_INTEREST_COLUMNS = ("client_id", "region", "kind", "selector", "since_seq")
+# Up to this many hosted clients are named in the statement; with more,
+# every interest of the regions is read and the caller filters.
+INTEREST_CLIENTS_PER_READ = 500
+
+
+def interest_rows(
+    *, regions: set[str], client_ids: set[uuid.UUID]
+) -> list[tuple[uuid.UUID, str, str, str, int]]:
+    """``(client_id, region, kind, selector, since_seq)`` of the interests
+    in ``regions``: those of ``client_ids`` when they are few, else all of
+    the regions' (the caller keeps its own clients')."""
+    if not regions or not client_ids:
+        return []
+    client_field = Interest._meta.get_field("client")
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(c) for c in _INTEREST_COLUMNS)
+    params: list[Any] = sorted(regions)
+    where = f"{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
+    if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
+        params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
+        where += f" AND client_id IN ({', '.join(['%s'] * len(client_ids))})"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {sql.table(Interest, connection)} WHERE {where}",  # noqa: S608
+            params,
+        )
+        rows = cursor.fetchall()
+    to_uuid = client_field.target_field.to_python
+    return [(to_uuid(pk), *rest) for pk, *rest in rows]
 
 
 def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
