@@ -44,6 +44,9 @@ CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
+# Where an event dict of a read round keeps its frame text, once built.
+_REPLAY_FRAME = "frame:replay"
+_LIVE_FRAME = "frame:live"
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,8 +336,15 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # are two more coroutine calls per event frame.
         send: Any = self.base_send
         frame = protocol.event_frame
+        # The sockets of one read round get the same dict for the same event
+        # (clients.reads), and the frame is the same bytes for all of them
+        # (seq is the log's): the first to send it builds it, once.
+        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
         for event in rows:
-            await send({"type": "websocket.send", "text": frame(event, replay=replay)})
+            text = event.get(cached)
+            if text is None:
+                text = event[cached] = frame(event, replay=replay)
+            await send({"type": "websocket.send", "text": text})
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]

@@ -48,6 +48,7 @@ def _run_round(
     except Exception as exc:
         return [(False, exc)] * len(asks), (False, exc)
     results: list[tuple[bool, Any]] = []
+    shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
     for ask in asks:
         try:
             rows = queue_selectors.queue_events_after(
@@ -55,6 +56,7 @@ def _run_round(
                 after=ask["sent_through"],
                 limit=ask["limit"],
                 through=ask["through"],
+                shared=shared,
             )
             results.append((True, rows))
         except Exception as exc:  # handed to the asking socket

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from clients import reads
+from queues import selectors as queue_selectors
 from queues.models import QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
@@ -182,3 +183,64 @@ async def test_a_failed_ack_transaction_fails_its_acks_and_reads(monkeypatch):
     assert isinstance(read, RuntimeError)
     monkeypatch.undo()
     assert await batcher.ack(client_id=pk, up_to=1) == 1  # it goes on serving
+
+
+def _queues_of_the_same_events(n_queues: int, when) -> list[uuid.UUID]:
+    """Queues holding copies of the same two events, as a fan-out makes."""
+    events = [(seq, uuid.uuid4().hex) for seq in (1, 2)]
+    ids = []
+    for _ in range(n_queues):
+        state = QueueState.objects.create(client_id=uuid.uuid4(), conflate="false")
+        for seq, event_id in events:
+            QueueEntry.objects.create(
+                queue=state,
+                seq=seq,
+                event_id=event_id,
+                region="r",
+                key="k",
+                op="update",
+                value={"n": seq},
+                version=seq,
+                ts=when,
+            )
+        state.last_seq = state.size = 2
+        state.save()
+        ids.append(state.client_id)
+    return ids
+
+
+@pytest.mark.parametrize("microsecond", [0, 123456])
+async def test_a_round_builds_each_event_once_for_all_its_sockets(microsecond):
+    when = timezone.now().replace(microsecond=microsecond)
+    ids = await sync_to_async(_queues_of_the_same_events)(3, when)
+    batcher = reads.ReadBatcher()
+    results = await asyncio.gather(
+        *(
+            batcher.next_batch(client_id=pk, sent_through=0, marked_through=0, limit=10)
+            for pk in ids
+        )
+    )
+    first = results[0]
+    assert [row["seq"] for row in first] == [1, 2]
+    for rows in results[1:]:
+        assert all(a is b for a, b in zip(rows, first, strict=True))
+    # The stored text read as is gives what formatting the datetime gave.
+    assert first[0]["ts"] == queue_selectors.ts_text(when)
+    assert first[0]["ts"] == when.isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(
+    ("stored", "wire"),
+    [
+        ("2026-12-02 12:00:00", "2026-12-02T12:00:00Z"),
+        ("2026-12-02 12:00:00.000123", "2026-12-02T12:00:00.000123Z"),
+        ("2026-12-02T12:00:00+00:00", "2026-12-02T12:00:00Z"),
+    ],
+)
+def test_stored_timestamp_text_is_written_as_the_wire_wants(stored, wire):
+    assert queue_selectors.ts_text(stored) == wire
+
+
+def test_a_timestamp_text_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not a stored timestamp"):
+        queue_selectors.ts_text("yesterday")
