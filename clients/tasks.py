@@ -4,7 +4,6 @@ Tasks carry ids only and are idempotent; a lost one is healed by the next
 ``tick`` (rows are the truth; docs/operations.md).
 """
 
-import contextlib
 import logging
 import os
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.db import close_old_connections
 
 from clients import fanout, maintenance, replication
 from queues import services as queue_services
@@ -54,53 +54,122 @@ def _send(task, node: str, *args, expires: float | None = None) -> bool:
 
 @shared_task(name="clients.fanout", ignore_result=True)
 def fanout_task(node: str) -> int:
-    # Before reading the log: a write committed after this sends a new task.
-    _release_fanout(node)
+    """The fan-out doorbell when the broker is not Redis (no listener)."""
     return fanout.fanout_node(node)
 
 
-# While a fan-out task for a node waits in the broker, writers send none:
-# that task will read their events too. A Celery publish cost ~1 ms of a
-# node's CPU per write (~10 % of Daphne's at 100 writes/s) and the worker
-# as much per task; a claim is one Redis SET. The claim expires, so a task
-# lost with its worker frees it; the tick heals such a loss meanwhile.
-FANOUT_CLAIM_S = 5  # seconds; redis-py takes an int
-_claims: dict[str, Any] = {"pid": 0, "client": None}
+# The fan-out doorbell is a Redis list per node holding at most one item
+# (LPUSH then LTRIM, one round trip for every node rung): the node's worker
+# process waits on it with BLPOP in one thread of its own (FanoutListener)
+# and fans out when it pops. A write committed after the pop pushes again,
+# so none is missed; a write committed before it is read by that fan-out.
+# As a Celery task per write this cost ~1 ms of Daphne's CPU to publish and
+# about 2 ms of the worker's to receive, trace and ack
+# (docs/performance.md). A lost item (Redis restarted) is healed by the
+# tick, which fans out first.
+_redis: dict[str, Any] = {"pid": 0, "client": None}
+LISTEN_S = 1  # each BLPOP waits this long (whole seconds) before the next
 
 
-def _claim_client() -> Any:
+def _redis_client() -> Any:
     """Redis of the broker, or None when the broker is not Redis (tests)."""
     url = str(settings.CELERY_BROKER_URL or "")
     if not url.startswith(("redis://", "rediss://", "unix://")):
         return None
-    if _claims["pid"] != os.getpid():
-        _claims["client"] = redis.Redis.from_url(
+    if _redis["pid"] != os.getpid():
+        _redis["client"] = redis.Redis.from_url(
             url, socket_timeout=1, socket_connect_timeout=1
         )
-        _claims["pid"] = os.getpid()
-    return _claims["client"]
+        _redis["pid"] = os.getpid()
+    return _redis["client"]
 
 
-def _claim_key(node: str) -> str:
-    return f"durablecache:fanout-queued:{node}"
+def ring_key(node: str) -> str:
+    return f"durablecache:fanout:{node}"
 
 
-def _claim_fanout(node: str) -> bool:
-    """Whether to send a fan-out task: none is waiting (ours is now)."""
-    client = _claim_client()
+def _ring(nodes: list[str]) -> None:
+    """Ring the fan-out doorbell of ``nodes`` (a Celery task each without
+    a Redis broker); a failure only delays the fan-out to the next tick."""
+    global _broken_until
+    client = _redis_client()
     if client is None:
-        return True
+        for node in nodes:
+            _send(fanout_task, node, node)
+        return
+    if time.monotonic() < _broken_until:
+        return
     try:
-        return bool(client.set(_claim_key(node), "1", nx=True, ex=FANOUT_CLAIM_S))
-    except redis.RedisError:
-        return True  # _send's breaker decides
+        pipe = client.pipeline(transaction=False)
+        for node in nodes:
+            pipe.lpush(ring_key(node), "1")
+            pipe.ltrim(ring_key(node), 0, 0)
+        pipe.execute()
+    except redis.RedisError as exc:
+        _broken_until = time.monotonic() + BREAKER_S
+        log.warning("could not ring the fan-out of %s: %s", nodes, exc)
 
 
-def _release_fanout(node: str) -> None:
-    client = _claim_client()
-    if client is not None:
-        with contextlib.suppress(redis.RedisError):
-            client.delete(_claim_key(node))
+class FanoutListener:
+    """The worker's side of the fan-out doorbell: one daemon thread that
+    pops this node's ring and fans out, whatever Celery's pool is doing."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+        self.passes = 0
+
+    def start(self) -> bool:
+        """Start listening; False without a Redis broker (nothing to hear)."""
+        if _redis_client() is None:
+            return False
+        self.thread = threading.Thread(
+            target=self._run, name="fanout-listener", daemon=True
+        )
+        self.thread.start()
+        return True
+
+    def _run(self) -> None:
+        url = str(settings.CELERY_BROKER_URL)
+        # The read outlives the BLPOP's own wait; a Redis that stops
+        # answering ends it and the loop tries again.
+        client = redis.Redis.from_url(
+            url, socket_timeout=LISTEN_S + 5, socket_connect_timeout=1
+        )
+        while not self.stopping.is_set():
+            try:
+                popped = client.blpop([ring_key(self.node)], timeout=LISTEN_S)
+            except redis.RedisError as exc:
+                log.warning("fan-out listener of %s: %s", self.node, exc)
+                self.stopping.wait(LISTEN_S)
+                continue
+            if popped is not None:
+                self.fan_out()
+
+    def stop(self, timeout: float = LISTEN_S + 6) -> None:
+        """End the thread (within one BLPOP wait); the worker never needs
+        to: the thread dies with its process."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def fan_out(self) -> None:
+        close_old_connections()  # as around a task (durablecache.celery)
+        try:
+            fanout.fanout_node(self.node)
+        except Exception:  # the tick fans out too: delayed, not lost
+            log.exception("fan-out of %s failed", self.node)
+        finally:
+            self.passes += 1
+            close_old_connections()
+
+
+def listen_for_fanout(node: str) -> FanoutListener:
+    """Start this worker process's fan-out listener (``worker_ready``)."""
+    listener = FanoutListener(node)
+    listener.start()
+    return listener
 
 
 @shared_task(name="clients.drop_queue", ignore_result=True)
@@ -150,12 +219,10 @@ def tick_task(node: str, judge: bool = True) -> None:
 
 
 class Doorbell:
-    """Coalesce fan-out doorbells: at most one send pending per node.
-
-    Writers only mark the node and return, so a REST write never waits for
-    the broker; one daemon thread per process sends the tasks. Under load
-    many writes share one task, and one fan-out moves them all in a batch.
-    A doorbell lost with the process is healed by the next tick.
+    """Coalesce fan-out doorbells: writers only mark the nodes and return,
+    so a REST write never waits for Redis; one daemon thread per process
+    rings them, all nodes marked meanwhile in one round trip. A doorbell
+    lost with the process is healed by the next tick.
     """
 
     def __init__(self) -> None:
@@ -180,9 +247,8 @@ class Doorbell:
             self.wake.clear()
             with self.lock:
                 nodes, self.pending = self.pending, set()
-            for node in sorted(nodes):
-                if _claim_fanout(node) and not _send(fanout_task, node, node):
-                    _release_fanout(node)  # not sent: the next write tries
+            if nodes:
+                _ring(sorted(nodes))
 
 
 doorbell = Doorbell()

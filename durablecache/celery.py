@@ -28,8 +28,12 @@ def _mark_progress_from_now(**_: Any) -> None:
 
 @worker_ready.connect
 def _say_ready(**_: Any) -> None:
+    from django.conf import settings
+
+    from clients import tasks
     from durablecache import liveness
 
+    tasks.listen_for_fanout(settings.DURABLECACHE_NODE_NAME)
     liveness.mark_ready()
 
 
@@ -40,3 +44,14 @@ def _progress(**_: Any) -> None:
     from durablecache import liveness
 
     liveness.beat()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _check_connections(**_: Any) -> None:
+    """What Django does around each request: close this thread's database
+    connections that failed or outlived ``CONN_MAX_AGE`` (Celery's fixup no
+    longer closes them all per task: settings.CELERY_DB_REUSE_MAX)."""
+    from django.db import close_old_connections
+
+    close_old_connections()

