@@ -17,6 +17,7 @@ from django.db import transaction
 
 from clients import selectors
 from clients.matching import key_matches
+from clients.models import InterestKind
 from durablecache import liveness
 from durablecache.cache import selectors as cache_selectors
 from queues import notify
@@ -28,28 +29,63 @@ log = logging.getLogger(__name__)
 REGION_OPS = {"region_clear", "region_destroy"}
 
 
+class _RegionInterests:
+    """One region's interests among the hosted clients, indexed so that an
+    event is checked against the interests that can want it: key lists by
+    key (an event of key K looks at K's rows only, not every client's),
+    regexes and all-keys by themselves, everyone for region ops."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, list[tuple[uuid.UUID, int]]] = defaultdict(list)
+        self.patterns: list[tuple[uuid.UUID, str, str, int]] = []
+        self.everyone: list[tuple[uuid.UUID, int]] = []
+
+    def add(self, row: selectors.InterestRow) -> None:
+        self.everyone.append((row.client_id, row.since_seq))
+        if row.kind == InterestKind.KEY:
+            self.by_key[row.selector].append((row.client_id, row.since_seq))
+        else:
+            self.patterns.append((row.client_id, row.kind, row.selector, row.since_seq))
+
+    def wanting(self, event: Any) -> set[uuid.UUID]:
+        """The clients with an interest that wants ``event`` (written after
+        the interest was registered: ``since_seq``)."""
+        seq = event.seq
+        if event.op in REGION_OPS:
+            return {pk for pk, since in self.everyone if seq > since}
+        wanted = {pk for pk, since in self.by_key.get(event.key, ()) if seq > since}
+        for pk, kind, selector, since in self.patterns:
+            if (
+                seq > since
+                and pk not in wanted
+                and key_matches(kind, selector, event.key)
+            ):
+                wanted.add(pk)
+        return wanted
+
+
 def match_events(
-    events: list[Any], hosted: set[uuid.UUID]
-) -> dict[uuid.UUID, list[Any]]:
-    """Return, per hosted client, the events its interests want, in order."""
-    interests = selectors.interest_rows(
-        regions={e.region for e in events}, client_ids=hosted
-    )
-    by_region: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for row in interests:
-        if row[0] in hosted:
-            by_region[row[1]].append(row)
+    events: list[Any], hosted: set[uuid.UUID], node: str
+) -> tuple[dict[uuid.UUID, list[Any]], set[uuid.UUID]]:
+    """Return, per hosted client, the events its interests want, in order;
+    and which of those clients have their socket on ``node``."""
+    by_region: dict[str, _RegionInterests] = defaultdict(_RegionInterests)
+    held_here: set[uuid.UUID] = set()
+    for row in selectors.interest_rows(
+        regions={e.region for e in events}, client_ids=hosted, node=node
+    ):
+        if row.client_id in hosted:
+            by_region[row.region].add(row)
+            if row.held_here:
+                held_here.add(row.client_id)
     appends: dict[uuid.UUID, list[Any]] = defaultdict(list)
     for event in events:
-        wanted: set[uuid.UUID] = set()
-        for client_id, _, kind, selector, since in by_region.get(event.region, ()):
-            if event.seq <= since or client_id in wanted:
-                continue
-            if event.op in REGION_OPS or key_matches(kind, selector, event.key):
-                wanted.add(client_id)
-        for client_id in wanted:
+        interests = by_region.get(event.region)
+        if interests is None:
+            continue
+        for client_id in interests.wanting(event):
             appends[client_id].append(event)
-    return appends
+    return appends, held_here
 
 
 def fanout_node(node: str | None = None) -> int:
@@ -65,11 +101,18 @@ def fanout_node(node: str | None = None) -> int:
             if not events:
                 break
             hosted = set(queue_selectors.queue_client_ids())
-            heads = queue_services.queue_append_many(match_events(events, hosted))
+            appends, held_here = match_events(events, hosted, node)
+            heads = queue_services.queue_append_many(appends)
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
         liveness.beat()  # a long backlog is progress, not a wedged worker
-        notify.ring_many(heads, node)
+        # Only sockets held here are woken: a copy kept here for a client
+        # whose socket is on its primary, or one of an offline client, has
+        # none to wake (a socket that connects meanwhile reads its queue
+        # after ``ready``, and the hub's sweep heals the rest).
+        notify.ring_many(
+            {pk: seq for pk, seq in heads.items() if pk in held_here}, node
+        )
         if len(events) < settings.DURABLECACHE_FANOUT_BATCH:
             # Read through the head: an event committed since then rang its
             # own doorbell after its commit, so no second (empty) pass.

@@ -3,7 +3,7 @@
 import uuid
 from collections import Counter
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import Count, QuerySet
@@ -34,30 +34,46 @@ _INTEREST_COLUMNS = ("client_id", "region", "kind", "selector", "since_seq")
 INTEREST_CLIENTS_PER_READ = 500
 
 
+class InterestRow(NamedTuple):
+    client_id: uuid.UUID
+    region: str
+    kind: str
+    selector: str
+    since_seq: int
+    # Whether the client's socket is on the node that asked: only there is
+    # a socket to wake.
+    held_here: bool
+
+
 def interest_rows(
-    *, regions: set[str], client_ids: set[uuid.UUID]
-) -> list[tuple[uuid.UUID, str, str, str, int]]:
-    """``(client_id, region, kind, selector, since_seq)`` of the interests
-    in ``regions``: those of ``client_ids`` when they are few, else all of
-    the regions' (the caller keeps its own clients')."""
+    *, regions: set[str], client_ids: set[uuid.UUID], node: str
+) -> list[InterestRow]:
+    """The interests in ``regions``: those of ``client_ids`` when they are
+    few, else all of the regions' (the caller keeps its own clients')."""
     if not regions or not client_ids:
         return []
     client_field = Interest._meta.get_field("client")
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(c) for c in _INTEREST_COLUMNS)
-    params: list[Any] = sorted(regions)
-    where = f"{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
+    columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
+    params: list[Any] = [node, *sorted(regions)]
+    where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
         params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
-        where += f" AND client_id IN ({', '.join(['%s'] * len(client_ids))})"
+        where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
+    statement = (
+        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s"  # noqa: S608
+        f" FROM {sql.table(Interest, connection)} i"
+        f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
+        f" WHERE {where}"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns} FROM {sql.table(Interest, connection)} WHERE {where}",  # noqa: S608
-            params,
-        )
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
-    return [(to_uuid(pk), *rest) for pk, *rest in rows]
+    return [
+        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here))
+        for pk, region, kind, selector, since, here in rows
+    ]
 
 
 def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
