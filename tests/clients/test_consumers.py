@@ -459,6 +459,22 @@ async def test_ready_replays_then_marker_then_live_events(
     assert live["ts"].endswith(("Z", "+00:00"))
 
 
+async def test_live_events_come_by_doorbell_alone(
+    session, token, region, write, settings
+):
+    """No sweep to fall back on: every live event is read because its
+    fan-out rang, including writes made while the socket was sending."""
+    settings.DURABLECACHE_POLL_S = 3600
+    sock, _ = await session(token, durable_id="bell")
+    await sock.register(keys=["a"], durable=True, policy="none")
+    await sock.ready()
+    for round_ in range(3):
+        for value in range(round_ + 1):
+            await write(cache_services.entry_put, region="prices", key="a", value=value)
+        events = await sock.events(round_ + 1)
+        assert [e["value"] for e in events] == list(range(round_ + 1))
+
+
 async def test_first_time_client_gets_an_empty_marker(session, token):
     sock, _ = await session(token)
     marker, replayed = await sock.ready()
