@@ -30,6 +30,7 @@ from clients import (
     services,
     stats,
     wakeups,
+    writes,
 )
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool, parse_policy, parse_selector
@@ -264,6 +265,28 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await reads.batcher().ack(client_id=self.client.id, up_to=up_to)
         if self.client.is_durable:
             replication.ack_relay.add(self.client.id, up_to)
+
+    async def on_put(self, frame: dict[str, Any], req_id: str | None) -> None:
+        """Create or update one key, as ``PUT .../entries/{key}/`` does;
+        answered once the event is durable (clients.writes)."""
+        region = protocol.required_str(frame, "region")
+        key = protocol.required_str(frame, "key")
+        if "value" not in frame:
+            raise ValidationError("value is required (null is a value)")
+        written = await writes.batcher().put(
+            region=region, key=key, value=frame["value"]
+        )
+        await self.send(
+            protocol.reply(
+                "written",
+                req_id,
+                region=region,
+                key=written.key,
+                op=written.op,
+                version=written.version,
+                event_id=written.event_id,
+            )
+        )
 
     async def on_close(self, frame: dict[str, Any], req_id: str | None) -> None:
         keepalive = parse_bool(frame.get("keepalive"), field="keepalive")

@@ -16,6 +16,7 @@ CLIENT_TYPES = {
     "ready",
     "ack",
     "close",
+    "put",
 }
 
 

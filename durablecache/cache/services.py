@@ -6,7 +6,7 @@ per-key versions strictly increasing (docs/protocol.md#ordering).
 """
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from durablecache.cache import hooks, sql
 from durablecache.cache.exceptions import (
+    DomainError,
     NoSuchRegionError,
     NotFoundError,
     RegionExistsError,
@@ -298,6 +299,111 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
         sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
         hooks.events_written(seq)
     return written
+
+
+# Puts per write round of the websocket's ``put`` frames (one transaction).
+MAX_PUTS_PER_ROUND = 1000
+
+
+def entries_put_many(
+    *, puts: Sequence[tuple[str, str, Any]]
+) -> list[WrittenEvent | DomainError]:
+    """Many single puts ``(region, key, value)`` in one transaction: each
+    its own event, in the order given (a key put twice gets two events and
+    two versions); a put refused for its key, value or region gets its
+    error in its place and the others are written.
+
+    What the websocket's ``put`` frames of one write round make
+    (``clients.writes``): one transaction, one lock of the log and one
+    statement per kind of row for the round, where a PUT each was a
+    transaction of five statements.
+    """
+    if len(puts) > MAX_PUTS_PER_ROUND:
+        raise ValidationError(f"at most {MAX_PUTS_PER_ROUND} puts per round")
+    results: list[WrittenEvent | DomainError | None] = [None] * len(puts)
+    texts: dict[int, str | None] = {}  # the JSON text; None for null
+    for i, (_, key, value) in enumerate(puts):
+        try:
+            validate_key(key)
+            texts[i] = json_text(value)
+        except ValidationError as exc:
+            results[i] = exc
+    conn = connections[DEFAULT_DB_ALIAS]
+    with transaction.atomic():
+        _lock_log(0)  # the lock first, as every writer; seqs once counted
+        regions: dict[str, Region | None] = {}
+        for name in sorted({puts[i][0] for i in texts}):
+            try:
+                regions[name] = _region(name)
+            except NoSuchRegionError:
+                regions[name] = None
+        for i in list(texts):
+            if regions[puts[i][0]] is None:
+                results[i] = NoSuchRegionError(f"region {puts[i][0]!r} does not exist")
+                del texts[i]
+        if texts:
+            _put_rows(conn, puts, texts, regions, results)
+    done = [r for r in results if r is not None]
+    assert len(done) == len(puts)  # noqa: S101 (every put has its answer)
+    return done
+
+
+def _put_rows(
+    conn: Any,
+    puts: Sequence[tuple[str, str, Any]],
+    texts: dict[int, str | None],
+    regions: Mapping[str, Region | None],
+    results: list[WrittenEvent | DomainError | None],
+) -> None:
+    """``entries_put_many``'s writes: the events in order, then each entry
+    row once, as the last put of its key left it."""
+    before = _lock_log(len(texts))
+    keys: dict[str, list[str]] = {}
+    for i in texts:
+        keys.setdefault(puts[i][0], []).append(puts[i][1])
+    # (region, key) -> [entry pk or None, version, is_destroyed, text]
+    rows: dict[tuple[str, str], list[Any]] = {}
+    for name, names in keys.items():
+        region = regions[name]
+        assert region is not None  # noqa: S101
+        found = _locked_versions(region, list(dict.fromkeys(names)))
+        for key in names:
+            old = found.get(key)
+            rows.setdefault(
+                (name, key), [None, 0, True, None] if old is None else [*old, None]
+            )
+    now = timezone.now()
+    updated_at = Entry._meta.get_field("updated_at").get_db_prep_save(now, conn)
+    ts = Event._meta.get_field("ts").get_db_prep_save(now, conn)
+    events: list[list[Any]] = []
+    seq = before
+    for i in sorted(texts):
+        name, key, _ = puts[i]
+        region = regions[name]
+        assert region is not None  # noqa: S101
+        row = rows[name, key]
+        op = Op.CREATE.value if row[2] else Op.UPDATE.value
+        row[1], row[2], row[3] = row[1] + 1, False, texts[i]
+        seq += 1
+        event_id = uuid.uuid4().hex
+        events.append(
+            [seq, event_id, name, key, op, texts[i], row[1], region.conflate_events, ts]
+        )
+        results[i] = WrittenEvent(seq, event_id, key, op, row[1])
+    creates, updates = [], []
+    for (name, key), (pk, version, _, text) in rows.items():
+        region = regions[name]
+        assert region is not None  # noqa: S101
+        if pk is None:
+            creates.append([region.pk, key, text, version, False, updated_at])
+        else:
+            updates.append([text, version, False, updated_at, pk])
+    sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates)
+    if updates:
+        with connection.cursor() as cursor:
+            cursor.executemany(_update_entry_values_sql(), updates)
+    sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
+    hooks.events_written(seq)
 
 
 def _update_entry_values_sql() -> str:

@@ -5,10 +5,11 @@ from channels.db import database_sync_to_async as db
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from clients import services
+from clients import fanout, services, writes
 from clients.models import DurableClient, Interest
+from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import services as cache_services
-from durablecache.cache.models import Node
+from durablecache.cache.models import Event, Node
 from queues import notify
 from queues import selectors as queue_selectors
 
@@ -766,3 +767,79 @@ async def test_events_of_a_key_arrive_in_version_order(session, token, region, w
         "a": [("update", 2), ("invalidate", 3), ("destroy", 4), ("create", 5)],
         "b": [("create", 1), ("update", 2)],
     }
+
+
+# --- put frames ---------------------------------------------------------------
+
+
+async def test_put_frame_writes_and_its_event_reaches_subscribers(
+    session, token, region
+):
+    watcher, _ = await session(token, durable_id="watcher")
+    await watcher.register(keys=["a"], durable=True, policy="none")
+    await watcher.ready()
+    writer, _ = await session(token)
+    reply = await writer.request(type="put", id="w1", region="prices", key="a", value=1)
+    assert reply == {
+        "type": "written",
+        "id": "w1",
+        "region": "prices",
+        "key": "a",
+        "op": "create",
+        "version": 1,
+        "event_id": reply["event_id"],
+    }
+    reply = await writer.request(type="put", region="prices", key="a", value=None)
+    assert (reply["op"], reply["version"]) == ("update", 2)
+    await db(fanout.fanout_node)("node-1")
+    events = await watcher.events(2)
+    assert [(e["value"], e["version"]) for e in events] == [(1, 1), (None, 2)]
+    assert events[0]["id"] != events[1]["id"] == reply["event_id"]
+    entry = await db(lambda: cache_selectors.entry_get(region="prices", key="a"))()
+    assert (entry.value, entry.version) == (None, 2)
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ({"region": "nowhere", "key": "a", "value": 1}, "no_such_region"),
+        ({"region": "prices", "key": "a"}, "bad_field"),
+        ({"region": "prices", "value": 1}, "bad_field"),
+        ({"region": "prices", "key": "", "value": 1}, "bad_field"),
+        ({"region": "prices", "key": "a\x07", "value": 1}, "bad_field"),
+        ({"key": "a", "value": 1}, "bad_field"),
+    ],
+)
+async def test_a_refused_put_is_a_bad_frame_and_writes_nothing(
+    session, token, region, frame, code
+):
+    sock, _ = await session(token)
+    reply = await sock.request(type="put", id="p", **frame)
+    assert (reply["type"], reply["id"], reply["code"]) == ("error", "p", code)
+    assert not await db(lambda: Event.objects.exists())()
+    ok = await sock.request(type="put", region="prices", key="fine", value=1)
+    assert ok["type"] == "written"  # the socket stays open
+
+
+async def test_puts_of_many_sockets_share_write_rounds(
+    session, token, region, monkeypatch
+):
+    rounds = []
+    real = writes.cache_services.entries_put_many
+
+    def counting(*, puts):
+        rounds.append(len(puts))
+        return real(puts=puts)
+
+    monkeypatch.setattr(writes.cache_services, "entries_put_many", counting)
+    socks = [(await session(token))[0] for _ in range(5)]
+    # All five frames are queued before any is handled; the round that the
+    # first one starts runs after the others have joined it.
+    for i, sock in enumerate(socks):
+        await sock.send(type="put", region="prices", key=f"k{i}", value=i)
+    replies = [await sock.recv() for sock in socks]
+    assert sorted((r["type"], r["key"]) for r in replies) == [
+        ("written", f"k{i}") for i in range(5)
+    ]
+    assert sum(rounds) == 5
+    assert len(rounds) < 5  # puts of several sockets in one transaction
