@@ -180,6 +180,80 @@ def enqueue_puts(
     return rate
 
 
+async def _ws_writers(ws_url: str, token: str, writers: int) -> list[Ws]:
+    """``writers`` non-durable sockets, each after its ``hello``."""
+
+    async def one() -> Ws:
+        ws = await Ws(ws_url, token).connect()
+        await ws.send(type="hello")
+        await ws.expect("welcome")
+        return ws
+
+    return list(await asyncio.gather(*(one() for _ in range(writers))))
+
+
+async def _ws_write(ws: Ws, region: str, prefix: str, count: int) -> None:
+    """``count`` put frames, each after the previous one's ``written`` (as
+    a QoS 1 publisher waits for each PUBACK); one deadline for them all."""
+    async with asyncio.timeout(WAIT_S):
+        for i in range(count):
+            await ws.ws.send(
+                f'{{"type":"put","region":"{region}","key":"{prefix}{i}","value":{i}}}'
+            )
+            reply = json.loads(await ws.ws.recv())
+            if reply["type"] != "written":
+                raise RuntimeError(f"put refused: {reply}")
+
+
+def enqueue_ws_puts(
+    ws_url: str,
+    rests: dict[str, Rest],
+    token: str,
+    region: str,
+    durable_id: str,
+    count: int,
+    writers: int,
+) -> float:
+    """Events/s of single ``put`` frames from ``writers`` sockets until all
+    are queued for an offline durable client: in every node's own store
+    when ``rests`` names two nodes (the client then has redundancy 1)."""
+    redundancy = len(rests) - 1
+    asyncio.run(make_offline(ws_url, token, durable_id, region, redundancy))
+    first = next(iter(rests.values()))
+    if redundancy:
+
+        def placed() -> bool:
+            view = first.ok("GET", f"/api/v1/clients/{durable_id}/")
+            return len(view["secondaries"]) == redundancy and not view["syncing"]
+
+        wait_until(placed, timeout=60)
+    per = count // writers
+
+    async def run() -> float:
+        socks = await _ws_writers(ws_url, token, writers)
+        start = time.monotonic()
+        await asyncio.gather(
+            *(
+                _ws_write(ws, region, f"{durable_id}-{w}-", per)
+                for w, ws in enumerate(socks)
+            )
+        )
+        await asyncio.gather(*(ws.close(keepalive=False) for ws in socks))
+        return start
+
+    start = asyncio.run(run())
+    end = max(
+        wait_until(
+            lambda n=node, r=rest: queued_on(r, durable_id, n) >= per * writers,
+            timeout=300,
+        )
+        for node, rest in rests.items()
+    )
+    rate = per * writers / (end - start)
+    asyncio.run(discard(ws_url, token, durable_id))
+    return rate
+
+
 async def replay(ws_url: str, token: str, durable_id: str, count: int) -> float:
     """Reconnect, ready, read ``count`` replayed events acking as it goes."""
     ws = await Ws(ws_url, token).connect()

@@ -37,11 +37,17 @@ TARGETS = {
     "replay": ("durablecache/mosquitto", ">=", 1.5),
     "enqueue_putall": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_putall_r1": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_wsput_r1_seq": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_wsput_r1_4w": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_wsput_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
+    "enqueue_wsput_4w": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_4w": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "fanout_p99": ("durablecache p99/mosquitto p99", "<=", 3.0),
     "memory": ("durablecache/bare daphne per client", "<=", 1.5),
 }
+# The websocket put scenarios on the 2-node cluster: (figure, writers).
+WS_PUTS_R1 = (("enqueue_wsput_r1_seq", 1), ("enqueue_wsput_r1_4w", 4))
 # Figures with an absolute bound instead of a ratio to Mosquitto.
 NODE_TIMEOUT_S = 5.0
 FAILOVER_BOUND_S = NODE_TIMEOUT_S + 1.0
@@ -161,10 +167,17 @@ class Bench:
         # write out, so a second node would also load the 1-node scenarios).
         second = self.cluster.start_node("node-2")
         rests = {"node-1": self.rest, "node-2": Rest(second, self.token)}
+        ws_r1: dict[str, float] = {}
         try:
             rate = dc.enqueue_putall_redundant(
                 self.ws_url, rests, self.token, REGION, f"{tag}-r1", a.replay
             )
+            # 2b'. Single puts on the websocket into the same kind of queue.
+            for name, writers in WS_PUTS_R1:
+                ws_r1[name] = dc.enqueue_ws_puts(
+                    self.ws_url, rests, self.token, REGION, f"{tag}-{name}",
+                    a.ws_puts, writers,
+                )  # fmt: skip
         finally:
             self.cluster.stop_node("node-2")
         self.record("enqueue_putall_r1", "durablecache", rate)
@@ -173,7 +186,27 @@ class Bench:
             "mosquitto",
             mqtt.enqueue_pipelined(port, f"{tag}-r1", a.replay),
         )
-        # 2b. Single puts, one writer and four.
+        for name, writers in WS_PUTS_R1:
+            self.record(name, "durablecache", ws_r1[name])
+            self.record(
+                name,
+                "mosquitto",
+                mqtt.enqueue_sequential(port, f"{tag}-{name}", a.ws_puts, writers),
+            )
+        # 2b. Single puts, one writer and four: put frames on the websocket,
+        # then REST PUTs (an HTTP request each).
+        one_node = {"node-1": self.rest}
+        for name, writers in (("enqueue_wsput_seq", 1), ("enqueue_wsput_4w", 4)):
+            did = f"{tag}-{name}"
+            self.record(
+                name,
+                "durablecache",
+                dc.enqueue_ws_puts(
+                    self.ws_url, one_node, self.token, REGION, did, a.ws_puts, writers
+                ),
+            )
+            rate = mqtt.enqueue_sequential(port, did, a.ws_puts, writers)
+            self.record(name, "mosquitto", rate)
         for name, writers in (("enqueue_put_seq", 1), ("enqueue_put_4w", 4)):
             did = f"{tag}-{name}"
             self.record(
@@ -317,8 +350,12 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
         "replay": f"replay {args.replay} ev/s",
         "enqueue_putall": f"enqueue putall {args.replay} ev/s",
         "enqueue_putall_r1": f"enqueue putall R1 {args.replay} ev/s",
-        "enqueue_put_seq": f"enqueue {args.puts} PUTs, 1 writer ev/s",
-        "enqueue_put_4w": f"enqueue {args.puts} PUTs, 4 writers ev/s",
+        "enqueue_wsput_r1_seq": f"enqueue {args.ws_puts} ws puts R1, 1 writer ev/s",
+        "enqueue_wsput_r1_4w": f"enqueue {args.ws_puts} ws puts R1, 4 writers ev/s",
+        "enqueue_wsput_seq": f"enqueue {args.ws_puts} ws puts, 1 writer ev/s",
+        "enqueue_wsput_4w": f"enqueue {args.ws_puts} ws puts, 4 writers ev/s",
+        "enqueue_put_seq": f"enqueue {args.puts} REST PUTs, 1 writer ev/s",
+        "enqueue_put_4w": f"enqueue {args.puts} REST PUTs, 4 writers ev/s",
         "memory": f"memory/idle client, {args.idle} clients (KiB)",
     }
     for scenario, label in labels.items():
@@ -482,7 +519,10 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=580, help="seconds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--replay", type=int, default=20000)
-    parser.add_argument("--puts", type=int, default=500)
+    parser.add_argument("--puts", type=int, default=500, help="REST PUTs")
+    parser.add_argument(
+        "--ws-puts", type=int, default=2000, help="put frames on the websocket"
+    )
     parser.add_argument("--fanout-clients", type=int, default=100)
     parser.add_argument("--fanout-rate", type=int, default=100)
     parser.add_argument("--fanout-seconds", type=float, default=20)
