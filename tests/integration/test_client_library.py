@@ -307,6 +307,39 @@ def test_replayed_old_updates_never_overwrite_the_image(live, region):
         second.close(keepalive=False)
 
 
+def test_puts_through_the_socket_come_back_as_events(live, region):
+    durable_id = fresh("put")
+    key = f"{durable_id}-k"
+    recorder = Recorder()
+    client = DurableClient(
+        live.ws_url("node-1"), durable_id=durable_id, token=live.user
+    )
+    try:
+        client.connect()
+        cache = client.region(region, recorder)
+        recorder.region = cache
+        cache.register_keys([key], durable=True)
+        client.ready_for_events()
+        client.wait_for_marker(timeout=WAIT_S)
+        written = [cache.put(key, {"n": n}) for n in range(3)]
+        assert [(w.op, w.version) for w in written] == [
+            ("create", 1),
+            ("update", 2),
+            ("update", 3),
+        ]
+        wait_for(lambda: len(recorder.events()) == 3, timeout=WAIT_S)
+        events = recorder.events()
+        assert [e.id for e in events] == [w.event_id for w in written]
+        assert cache.get_entry(key) == ({"n": 2}, 3)
+        # The same entry as REST sees it.
+        status, body = live.rest(
+            "GET", f"/api/v1/regions/{region}/entries/{key}/", live.user
+        )
+        assert (status, body["value"], body["version"]) == (200, {"n": 2}, 3)
+    finally:
+        client.close(keepalive=False)
+
+
 # 4. unacked events come back after a reconnect and are dropped ----------------
 
 

@@ -10,7 +10,14 @@ from .errors import (
     DurableCacheError,
     FatalConnectionError,
 )
-from .events import CacheListener, EntryEvent, Marker, RegionLiveEvent, Welcome
+from .events import (
+    CacheListener,
+    EntryEvent,
+    Marker,
+    RegionLiveEvent,
+    Welcome,
+    Written,
+)
 from .region import Region
 from .sync import DurableClient, SyncRegion
 
@@ -30,5 +37,6 @@ __all__ = [
     "RegionLiveEvent",
     "SyncRegion",
     "Welcome",
+    "Written",
     "__version__",
 ]

@@ -660,6 +660,7 @@ class AsyncDurableClient:
             "interest_unregistered",
             "cq_registered",
             "cq_closed",
+            "written",
             "closed",
         ):
             pending = session.pending.get(str(frame.get("id")))

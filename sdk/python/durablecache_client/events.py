@@ -67,6 +67,28 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class Written:
+    """The server's answer to a `put`: the key's new version and the id of
+    the event subscribers will see for it."""
+
+    region: str
+    key: str
+    op: str
+    version: int
+    event_id: str
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> Written:
+        return cls(
+            region=str(frame["region"]),
+            key=str(frame["key"]),
+            op=str(frame["op"]),
+            version=int(frame["version"]),
+            event_id=str(frame["event_id"]),
+        )
+
+
+@dataclass(frozen=True)
 class EntryEvent:
     """One change delivered by the server.
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from .events import CacheListener, EntryEvent
+from .events import CacheListener, EntryEvent, Written
 
 if TYPE_CHECKING:
     from .client import AsyncDurableClient
@@ -143,6 +143,20 @@ class Region:
     async def close_cq(self, name: str) -> None:
         """Close the continuous query `name`."""
         await self._client.close_cq(name)
+
+    # -- writes ----------------------------------------------------------------
+
+    async def put(self, key: str, value: Any) -> Written:
+        """Create or update `key` on the server through the client's socket
+        (the `put` frame; no HTTP request); return once the event is
+        durable. The local cache changes when the event comes back, like any
+        other event (register interest in the key to see it). A put whose
+        answer was lost with its socket is sent again on the next one, so
+        it may be applied twice: two events, the same value."""
+        reply = await self._client._app_request(
+            {"type": "put", "region": self.name, "key": key, "value": value}
+        )
+        return Written.from_frame(reply)
 
     # -- cache writes (called by the client on its event loop) ----------------
 

@@ -12,7 +12,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .client import AsyncDurableClient
-from .events import CacheListener, Marker, Welcome
+from .events import CacheListener, Marker, Welcome, Written
 from .region import Region
 
 T = TypeVar("T")
@@ -151,6 +151,11 @@ class SyncRegion:
     def close_cq(self, name: str) -> None:
         """Close the continuous query `name`."""
         self._runner.run(self._region.close_cq(name))
+
+    def put(self, key: str, value: Any) -> Written:
+        """Create or update `key` through the client's socket (see
+        Region.put); return once the event is durable."""
+        return self._runner.run(self._region.put(key, value))
 
 
 class DurableClient:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from durablecache_client import DurableCacheError
+from durablecache_client import DurableCacheError, Written
 
 pytestmark = pytest.mark.asyncio
 
@@ -147,3 +147,56 @@ async def test_register_before_connect_is_refused(make_client):
     with pytest.raises(DurableCacheError) as info:
         await client.region("r").register_keys(["a"])
     assert info.value.code == "not_connected"
+
+
+async def test_put_sends_the_frame_and_returns_what_was_written(
+    fake_server, make_client, run
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+
+    async def script():
+        request = await conn.recv("put")
+        assert (request["region"], request["key"], request["value"]) == (
+            "r",
+            "k",
+            {"n": 1},
+        )
+        await conn.send(
+            {
+                "type": "written",
+                "id": request["id"],
+                "region": "r",
+                "key": "k",
+                "op": "create",
+                "version": 1,
+                "event_id": "e1",
+            }
+        )
+
+    written = await run(region.put("k", {"n": 1}), script)
+    assert written == Written(
+        region="r", key="k", op="create", version=1, event_id="e1"
+    )
+    assert "k" not in region  # the cache changes when the event comes back
+
+
+async def test_a_refused_put_raises_the_servers_error(fake_server, make_client, run):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+
+    async def script():
+        request = await conn.recv("put")
+        await conn.send(
+            {
+                "type": "error",
+                "id": request["id"],
+                "code": "no_such_region",
+                "message": "region 'nope' does not exist",
+            }
+        )
+
+    with pytest.raises(DurableCacheError) as raised:
+        await run(client.region("nope").put("k", 1), script)
+    assert raised.value.code == "no_such_region"
