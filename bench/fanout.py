@@ -149,6 +149,9 @@ def _run(
     }
 
 
+WS_WRITERS = 4  # sockets the put-frame writer spreads its puts over
+
+
 def run_dc(
     ws_url: str,
     rest: Rest,
@@ -158,11 +161,16 @@ def run_dc(
     clients: int,
     rate: int,
     seconds: float,
+    writer: str = "rest",
 ) -> dict[str, float]:
+    """``writer``: ``rest`` (a PUT each, 8 HTTP connections) or ``ws``
+    (a ``put`` frame each, on ``WS_WRITERS`` sockets, each waiting for its
+    ``written`` before its next put, as a QoS 1 publisher waits for PUBACK
+    only per message in flight)."""
     key = f"{tag}-hot"
     puts = int(rate * seconds)
 
-    def publish() -> None:
+    def publish_rest() -> None:
         start = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             for i in range(puts):
@@ -173,6 +181,37 @@ def run_dc(
                 # behind shows up as latency instead of a slower writer.
                 pool.submit(dc.put_one, rest, region, key, {"t": time.time()})
 
+    async def publish_ws_async() -> None:
+        socks = await dc._ws_writers(ws_url, token, WS_WRITERS)
+        free: asyncio.Queue[dc.Ws] = asyncio.Queue()
+        for sock in socks:
+            free.put_nowait(sock)
+
+        async def put(sent: float) -> None:
+            sock = await free.get()
+            value = json.dumps({"t": sent})
+            await sock.ws.send(
+                f'{{"type":"put","region":"{region}","key":"{key}","value":{value}}}'
+            )
+            reply = json.loads(await sock.ws.recv())
+            if reply["type"] != "written":
+                raise RuntimeError(f"put refused: {reply}")
+            free.put_nowait(sock)
+
+        start = time.monotonic()
+        pending = []
+        async with asyncio.timeout(seconds + GRACE_S):
+            for i in range(puts):
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                pending.append(asyncio.create_task(put(time.time())))
+            await asyncio.gather(*pending)
+        await asyncio.gather(*(sock.close(keepalive=False) for sock in socks))
+
+    def publish_ws() -> None:
+        asyncio.run(publish_ws_async())
+
     base = {
         "ws_url": ws_url,
         "token": token,
@@ -180,6 +219,7 @@ def run_dc(
         "region": region,
         "key": key,
     }
+    publish = {"rest": publish_rest, "ws": publish_ws}[writer]
     return _run(_dc_receiver, base, clients, puts, publish)
 
 
