@@ -123,6 +123,36 @@ def queued_on(rest: Rest, durable_id: str, node: str) -> int:
     return int(view["queue_sizes"].get(node, 0))
 
 
+def offline_on(
+    ws_url: str, rests: dict[str, Rest], token: str, durable_id: str, region: str
+) -> Rest:
+    """An offline durable client (``make_offline``) with a copy of its queue
+    on each node of ``rests`` after the first (redundancy len - 1), placed
+    and synced; return the first node's REST client."""
+    redundancy = len(rests) - 1
+    asyncio.run(make_offline(ws_url, token, durable_id, region, redundancy))
+    first = next(iter(rests.values()))
+    if redundancy:
+
+        def placed() -> bool:
+            view = first.ok("GET", f"/api/v1/clients/{durable_id}/")
+            return len(view["secondaries"]) == redundancy and not view["syncing"]
+
+        wait_until(placed, timeout=60)
+    return first
+
+
+def queued_everywhere(rests: dict[str, Rest], durable_id: str, count: int) -> float:
+    """When every node of ``rests`` holds ``count`` events of the client's
+    queue in its own store (monotonic time)."""
+    return max(
+        wait_until(
+            lambda n=node, r=rest: queued_on(r, durable_id, n) >= count, timeout=300
+        )
+        for node, rest in rests.items()
+    )
+
+
 def enqueue_putall_redundant(
     ws_url: str,
     rests: dict[str, Rest],
@@ -133,23 +163,10 @@ def enqueue_putall_redundant(
 ) -> float:
     """Events/s into an offline queue with redundancy 1: from the first
     putall until both copies hold all ``count`` events."""
-    asyncio.run(make_offline(ws_url, token, durable_id, region, redundancy=1))
-    first = next(iter(rests.values()))
-
-    def placed() -> bool:
-        view = first.ok("GET", f"/api/v1/clients/{durable_id}/")
-        return len(view["secondaries"]) == 1 and not view["syncing"]
-
-    wait_until(placed, timeout=60)
+    first = offline_on(ws_url, rests, token, durable_id, region)
     start = time.monotonic()
     fill_putall(first, region, f"{durable_id}-", count)
-    end = max(
-        wait_until(
-            lambda n=node, r=rest: queued_on(r, durable_id, n) >= count, timeout=300
-        )
-        for node, rest in rests.items()
-    )
-    rate = count / (end - start)
+    rate = count / (queued_everywhere(rests, durable_id, count) - start)
     asyncio.run(discard(ws_url, token, durable_id))
     return rate
 
@@ -217,16 +234,7 @@ def enqueue_ws_puts(
     """Events/s of single ``put`` frames from ``writers`` sockets until all
     are queued for an offline durable client: in every node's own store
     when ``rests`` names two nodes (the client then has redundancy 1)."""
-    redundancy = len(rests) - 1
-    asyncio.run(make_offline(ws_url, token, durable_id, region, redundancy))
-    first = next(iter(rests.values()))
-    if redundancy:
-
-        def placed() -> bool:
-            view = first.ok("GET", f"/api/v1/clients/{durable_id}/")
-            return len(view["secondaries"]) == redundancy and not view["syncing"]
-
-        wait_until(placed, timeout=60)
+    offline_on(ws_url, rests, token, durable_id, region)
     per = count // writers
 
     async def run() -> float:
@@ -242,14 +250,7 @@ def enqueue_ws_puts(
         return start
 
     start = asyncio.run(run())
-    end = max(
-        wait_until(
-            lambda n=node, r=rest: queued_on(r, durable_id, n) >= per * writers,
-            timeout=300,
-        )
-        for node, rest in rests.items()
-    )
-    rate = per * writers / (end - start)
+    rate = per * writers / (queued_everywhere(rests, durable_id, per * writers) - start)
     asyncio.run(discard(ws_url, token, durable_id))
     return rate
 

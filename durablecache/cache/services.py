@@ -292,13 +292,21 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
             event_id = uuid.uuid4().hex
             events.append([seq, event_id, name, key, op, text, version, conflate, ts])
             written.append(WrittenEvent(seq, event_id, key, op, version))
-        sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates)
-        if updates:
-            with connection.cursor() as cursor:
-                cursor.executemany(_update_entry_values_sql(), updates)
-        sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
-        hooks.events_written(seq)
+        _write_rows(conn, creates, updates, events)
     return written
+
+
+def _write_rows(
+    conn: Any, creates: list[list[Any]], updates: list[list[Any]], events: list[Any]
+) -> None:
+    """Insert the new entry rows, update the others, append the events (in
+    the write's transaction), and say so to the hooks after commit."""
+    sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates)
+    if updates:
+        with connection.cursor() as cursor:
+            cursor.executemany(_update_entry_values_sql(), updates)
+    sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
+    hooks.events_written(events[-1][0])
 
 
 # Puts per write round of the websocket's ``put`` frames (one transaction).
@@ -398,12 +406,7 @@ def _put_rows(
             creates.append([region.pk, key, text, version, False, updated_at])
         else:
             updates.append([text, version, False, updated_at, pk])
-    sql.insert_rows(conn, Entry, _ENTRY_FIELDS, creates)
-    if updates:
-        with connection.cursor() as cursor:
-            cursor.executemany(_update_entry_values_sql(), updates)
-    sql.insert_rows(conn, Event, _EVENT_FIELDS, events)
-    hooks.events_written(seq)
+    _write_rows(conn, creates, updates, events)
 
 
 def _update_entry_values_sql() -> str:
