@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 
 from clients import selectors
 from clients.matching import key_matches
@@ -94,6 +94,7 @@ def fanout_node(node: str | None = None) -> int:
     total = 0
     while True:
         with transaction.atomic(using=NODE_STORE):
+            queue_services.commit_unflushed(connections[NODE_STORE])
             through = queue_services.cursor_read_locked(node)
             events = cache_selectors.logged_events_after(
                 seq=through, limit=settings.DURABLECACHE_FANOUT_BATCH

@@ -54,9 +54,12 @@ def report_fanout_cursor(node: str) -> None:
     """Publish how far this node has read the log (it bounds pruning).
 
     Once a tick rather than after every fan-out: a write to the cluster
-    database per fan-out would compete with the writers for its lock.
+    database per fan-out would compete with the writers for its lock. The
+    value published is the one on disk (``queue_services.cursor_flushed``):
+    events behind it may be pruned, so it must not be one that a crash of
+    the database server can take back.
     """
-    through = queue_selectors.fanout_cursor(node=node)
+    through = queue_services.cursor_flushed(node)
     Node.objects.filter(name=node).exclude(fanout_through=through).update(
         fanout_through=through
     )

@@ -230,6 +230,27 @@ def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
         return _ack(cursor, connection, client_id, up_to)
 
 
+def commit_unflushed(connection: Any) -> None:
+    """Let this node-store transaction's commit return before PostgreSQL has
+    flushed it to its WAL (``SET LOCAL synchronous_commit TO OFF``).
+
+    Only for what the node can lose without losing an event, and only a
+    crash of the PostgreSQL server loses it (a node's processes dying after
+    the commit returned lose nothing): the last ~0.6 s of such commits,
+    never a part of one. The fan-out's appends and the cursor that moves
+    with them (the appends are made again from the event log, which keeps
+    events at least ``EVENT_RETENTION``), the delivery rounds' acks and
+    marks (an ack lost sends its events again, which clients drop by id).
+    Every commit waiting for its flush had made a round cost the disk's
+    flush time, and the delivery rounds and fan-outs of a node queue on
+    them (docs/performance.md, "On PostgreSQL"). SQLite's WAL with
+    ``synchronous=NORMAL`` does not flush per commit either.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+
 def queue_ack_and_mark_many(
     *, acks: list[tuple[uuid.UUID, int]], marks: dict[uuid.UUID, int]
 ) -> list[int]:
@@ -241,6 +262,7 @@ def queue_ack_and_mark_many(
         return []
     connection = connections[NODE_STORE]
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
+        commit_unflushed(connection)
         # Row locks in id order, like every other multi-queue write here.
         order = sorted(range(len(acks)), key=lambda i: acks[i][0])
         dropped = [0] * len(acks)
@@ -498,6 +520,33 @@ def cursor_read_locked(node: str) -> int:
     if row is None:
         return cursor_lock(node).fanout_through
     return int(row[0])
+
+
+def cursor_flushed(node: str) -> int:
+    """How far this node's fan-out has read the log, as it stands on disk.
+
+    Fan-outs commit without waiting for the flush on PostgreSQL
+    (``commit_unflushed``), so the cursor they leave may be ahead of what
+    a crash of the server keeps. This writes the cursor back in a commit
+    that does wait, which flushes the WAL through every commit before it:
+    the value returned survives. (SQLite: its value as is.)
+    """
+    connection = connections[NODE_STORE]
+    if connection.vendor != "postgresql":
+        return _cursor_or_zero(connection, node, lock="")
+    with transaction.atomic(using=NODE_STORE):
+        through = _cursor_or_zero(connection, node, lock=" FOR UPDATE")
+        cursor_move(node, through)  # nothing when there is no cursor yet
+    return through
+
+
+def _cursor_or_zero(connection: Any, node: str, *, lock: str) -> int:
+    """The cursor's position, 0 when the node has none yet (not made here:
+    ``cursor_init`` places a new one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_cursor_sql(connection.vendor, "read") + lock, [node])
+        row = cursor.fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def cursor_move(node: str, through: int) -> None:

@@ -3,6 +3,8 @@
 import uuid
 
 import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from queues import selectors, services
 from queues.models import FanoutCursor
@@ -42,3 +44,32 @@ def test_an_empty_log_never_counts_as_a_gap():
     FanoutCursor.objects.create(node=NODE, fanout_through=3)
     assert services.cursor_init(node=NODE, head=80, oldest=None) == 0
     assert selectors.fanout_cursor(node=NODE) == 3
+
+
+def test_the_flushed_cursor_is_the_cursor_and_zero_before_there_is_one():
+    assert services.cursor_flushed(NODE) == 0
+    assert not FanoutCursor.objects.filter(node=NODE).exists()  # not made here
+    services.cursor_init(node=NODE, head=7, oldest=None)
+    with transaction.atomic(using="node"):
+        services.cursor_move(NODE, 12)
+    assert services.cursor_flushed(NODE) == 12
+    assert selectors.fanout_cursor(node=NODE) == 12
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_unflushed_commits_are_asked_for_on_postgresql_only():
+    # transaction=True: the atomic block below is a transaction of its own,
+    # not a savepoint in the test's, so SET LOCAL ends with it.
+    connection = connections["node"]
+    with transaction.atomic(using="node"):
+        with CaptureQueriesContext(connection) as said:
+            services.commit_unflushed(connection)
+        if connection.vendor != "postgresql":
+            assert len(said) == 0  # SQLite's WAL does not flush per commit anyway
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "off"
+    with connection.cursor() as cursor:  # SET LOCAL: this transaction only
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
