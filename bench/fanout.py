@@ -11,6 +11,7 @@ import asyncio
 import json
 import multiprocessing
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -149,7 +150,9 @@ def _run(
     }
 
 
-WS_WRITERS = 4  # sockets the put-frame writer spreads its puts over
+# Sockets the put-frame writer spreads its puts over: each has one put in
+# flight, as many as Mosquitto lets a publisher have (max_inflight 20).
+WS_WRITERS = 16
 
 
 def run_dc(
@@ -200,14 +203,25 @@ def run_dc(
 
         start = time.monotonic()
         pending = []
-        async with asyncio.timeout(seconds + GRACE_S):
-            for i in range(puts):
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                pending.append(asyncio.create_task(put(time.time())))
-            await asyncio.gather(*pending)
-        await asyncio.gather(*(sock.close(keepalive=False) for sock in socks))
+        try:
+            async with asyncio.timeout(seconds + GRACE_S):
+                for i in range(puts):
+                    delay = start + i / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    pending.append(asyncio.create_task(put(time.time())))
+                await asyncio.gather(*pending)
+        except TimeoutError:
+            # Fell behind: the writes not made show as frames not received.
+            left = sum(not task.done() for task in pending) + puts - len(pending)
+            sys.stderr.write(f"put-frame writer: {left} puts not written in time\n")
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            await asyncio.gather(
+                *(sock.ws.close() for sock in socks), return_exceptions=True
+            )
 
     def publish_ws() -> None:
         asyncio.run(publish_ws_async())
