@@ -119,8 +119,65 @@ def queue_events_after(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    return _events(rows, {} if shared is None else shared)
+
+
+# Reads per statement of ``queue_events_after_many`` (SQLite allows 500
+# members in a compound SELECT).
+READS_PER_STATEMENT = 200
+
+
+def queue_events_after_many(
+    reads: list[tuple[uuid.UUID, int, int, int | None]],
+    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
+) -> list[list[dict[str, Any]]]:
+    """``queue_events_after`` for many ``(client_id, after, limit, through)``
+    at once: one statement per ``READS_PER_STATEMENT`` reads (each read its
+    own member of a UNION ALL, with its own bounds and LIMIT on the queue's
+    index), the events in the order of ``reads``.
+
+    A delivery round asks this once for all its sockets: a statement per
+    socket was 100 statements a round with 100 live sockets, each with its
+    round trip on PostgreSQL (docs/performance.md).
+    """
     if shared is None:
         shared = {}
+    results: list[list[dict[str, Any]]] = []
+    for chunk in sql.chunks(reads, READS_PER_STATEMENT):
+        results.extend(_read_chunk(list(chunk), shared))
+    return results
+
+
+def _read_chunk(
+    reads: list[tuple[uuid.UUID, int, int, int | None]],
+    shared: dict[tuple[str, int], dict[str, Any]],
+) -> list[list[dict[str, Any]]]:
+    connection = connections[NODE_STORE]
+    queue_field = QueueEntry._meta.get_field("queue")
+    members: list[str] = []
+    params: list[Any] = []
+    for i, (client_id, after, limit, through) in enumerate(reads):
+        queue_id = queue_field.get_db_prep_value(client_id, connection)
+        members.append(_member_sql(connection.vendor, through is not None, i))
+        params += [queue_id, after, *([] if through is None else [through]), limit]
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(members), params)
+        rows = cursor.fetchall()
+    found: list[list[tuple[Any, ...]]] = [[] for _ in reads]
+    for row in rows:
+        found[row[0]].append(row[1:])
+    return [_events(sorted(got, key=lambda r: r[1]), shared) for got in found]
+
+
+@functools.cache
+def _member_sql(vendor: str, bounded: bool, i: int) -> str:
+    """One read of a compound statement: its rows tagged with its index."""
+    return f"SELECT {i} AS i, q.* FROM ({_events_sql(vendor, bounded=bounded)}) q"  # noqa: S608
+
+
+def _events(
+    rows: list[tuple[Any, ...]], shared: dict[tuple[str, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
     events = []
     for row in rows:
         event = shared.get((row[0], row[1]))

@@ -89,7 +89,11 @@ async def test_one_failing_read_fails_only_its_socket(monkeypatch):
             raise RuntimeError("boom")
         return real(**kwargs)
 
+    def all_at_once(reads_, shared=None):
+        raise RuntimeError("the round's statement failed")
+
     monkeypatch.setattr(reads.queue_selectors, "queue_events_after", failing)
+    monkeypatch.setattr(reads.queue_selectors, "queue_events_after_many", all_at_once)
     batcher = reads.ReadBatcher()
     ok, failed = await asyncio.gather(
         batcher.next_batch(client_id=good, sent_through=0, marked_through=0, limit=5),
@@ -244,3 +248,17 @@ def test_stored_timestamp_text_is_written_as_the_wire_wants(stored, wire):
 def test_a_timestamp_text_that_is_not_one_is_refused():
     with pytest.raises(ValueError, match="not a stored timestamp"):
         queue_selectors.ts_text("yesterday")
+
+
+def test_many_reads_in_one_statement_keep_each_reads_bounds():
+    a, b, empty = _queue(5), _queue(3), uuid.uuid4()
+    many = queue_selectors.queue_events_after_many(
+        [(a, 1, 2, None), (b, 0, 10, 2), (empty, 0, 10, None), (a, 3, 10, None)]
+    )
+    seqs = [[row["seq"] for row in rows] for rows in many]
+    assert seqs == [[2, 3], [1, 2], [], [4, 5]]
+    one_by_one = [
+        queue_selectors.queue_events_after(client_id=a, after=1, limit=2),
+        queue_selectors.queue_events_after(client_id=b, after=0, limit=10, through=2),
+    ]
+    assert many[:2] == one_by_one
