@@ -544,7 +544,7 @@ def main() -> int:
     parser.add_argument("--replay", type=int, default=20000)
     parser.add_argument("--puts", type=int, default=500, help="REST PUTs")
     parser.add_argument(
-        "--ws-puts", type=int, default=2000, help="put frames on the websocket"
+        "--ws-puts", type=int, default=1000, help="put frames on the websocket"
     )
     parser.add_argument("--fanout-clients", type=int, default=100)
     parser.add_argument("--fanout-rate", type=int, default=100)
