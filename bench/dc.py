@@ -209,17 +209,22 @@ async def _ws_writers(ws_url: str, token: str, writers: int) -> list[Ws]:
     return list(await asyncio.gather(*(one() for _ in range(writers))))
 
 
+async def put_frame(ws: Ws, region: str, key: str, value_json: str) -> None:
+    """One ``put`` frame (the value as JSON text), then its ``written``."""
+    await ws.ws.send(
+        f'{{"type":"put","region":"{region}","key":"{key}","value":{value_json}}}'
+    )
+    reply = json.loads(await ws.ws.recv())
+    if reply["type"] != "written":
+        raise RuntimeError(f"put refused: {reply}")
+
+
 async def _ws_write(ws: Ws, region: str, prefix: str, count: int) -> None:
     """``count`` put frames, each after the previous one's ``written`` (as
     a QoS 1 publisher waits for each PUBACK); one deadline for them all."""
     async with asyncio.timeout(WAIT_S):
         for i in range(count):
-            await ws.ws.send(
-                f'{{"type":"put","region":"{region}","key":"{prefix}{i}","value":{i}}}'
-            )
-            reply = json.loads(await ws.ws.recv())
-            if reply["type"] != "written":
-                raise RuntimeError(f"put refused: {reply}")
+            await put_frame(ws, region, f"{prefix}{i}", str(i))
 
 
 def enqueue_ws_puts(

@@ -192,13 +192,7 @@ def run_dc(
 
         async def put(sent: float) -> None:
             sock = await free.get()
-            value = json.dumps({"t": sent})
-            await sock.ws.send(
-                f'{{"type":"put","region":"{region}","key":"{key}","value":{value}}}'
-            )
-            reply = json.loads(await sock.ws.recv())
-            if reply["type"] != "written":
-                raise RuntimeError(f"put refused: {reply}")
+            await dc.put_frame(sock, region, key, json.dumps({"t": sent}))
             free.put_nowait(sock)
 
         start = time.monotonic()

@@ -118,7 +118,6 @@ class FanoutListener:
         self.node = node
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
-        self.passes = 0
 
     def start(self) -> bool:
         """Start listening; False without a Redis broker (nothing to hear)."""
@@ -161,7 +160,6 @@ class FanoutListener:
         except Exception:  # the tick fans out too: delayed, not lost
             log.exception("fan-out of %s failed", self.node)
         finally:
-            self.passes += 1
             close_old_connections()
 
 

@@ -514,12 +514,8 @@ def cursor_read_locked(node: str) -> int:
     it is missing, as ``cursor_lock`` does)."""
     connection = connections[NODE_STORE]
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with connection.cursor() as cursor:
-        cursor.execute(_cursor_sql(connection.vendor, "read") + lock, [node])
-        row = cursor.fetchone()
-    if row is None:
-        return cursor_lock(node).fanout_through
-    return int(row[0])
+    through = _cursor_position(connection, node, lock=lock)
+    return cursor_lock(node).fanout_through if through is None else through
 
 
 def cursor_flushed(node: str) -> int:
@@ -533,20 +529,20 @@ def cursor_flushed(node: str) -> int:
     """
     connection = connections[NODE_STORE]
     if connection.vendor != "postgresql":
-        return _cursor_or_zero(connection, node, lock="")
+        return _cursor_position(connection, node, lock="") or 0
     with transaction.atomic(using=NODE_STORE):
-        through = _cursor_or_zero(connection, node, lock=" FOR UPDATE")
+        through = _cursor_position(connection, node, lock=" FOR UPDATE") or 0
         cursor_move(node, through)  # nothing when there is no cursor yet
     return through
 
 
-def _cursor_or_zero(connection: Any, node: str, *, lock: str) -> int:
-    """The cursor's position, 0 when the node has none yet (not made here:
-    ``cursor_init`` places a new one)."""
+def _cursor_position(connection: Any, node: str, *, lock: str) -> int | None:
+    """The cursor's position, None when the node has none yet (not made
+    here: ``cursor_init`` places a new one, ``cursor_lock`` a missing one)."""
     with connection.cursor() as cursor:
         cursor.execute(_cursor_sql(connection.vendor, "read") + lock, [node])
         row = cursor.fetchone()
-    return 0 if row is None else int(row[0])
+    return None if row is None else int(row[0])
 
 
 def cursor_move(node: str, through: int) -> None:

@@ -1,4 +1,7 @@
-"""Assertions shared by the REST tests."""
+"""Assertions and set-ups shared by the tests."""
+
+from clients import services
+from clients.matching import parse_selector
 
 
 def assert_error(response, status, code=None):
@@ -22,3 +25,20 @@ def follow_pages(api, url):
         pages.append(response.json()["results"])
         url = response.json()["next"]
     return pages
+
+
+def connected_client(user, durable_id, region="prices", **selector):
+    """A durable client said hello on node-1, with durable interest in
+    ``region`` (``all_keys`` unless a selector is given), no image."""
+    options = services.parse_hello_options({"durable_id": durable_id})
+    client = services.client_hello(
+        user=user, channel_name=durable_id, options=options
+    ).client
+    services.interest_register(
+        client=client,
+        region=region,
+        selector=parse_selector(selector or {"all_keys": True}),
+        is_durable=True,
+        policy="none",
+    )
+    return client

@@ -70,31 +70,29 @@ class DatabaseWrapper(base.DatabaseWrapper):
         timeout = float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self._held = lock if lock.acquire(timeout=timeout) else None
         try:
-            if not self._begin_polling(timeout):
-                # Out of time: Django's own BEGIN, which waits the whole
-                # timeout once more and raises as Django raises.
-                super()._start_transaction_under_autocommit()  # type: ignore[misc]
+            self._begin_polling(timeout)
         except BaseException:
             self._release_writer_lock()
             raise
 
-    def _begin_polling(self, timeout: float) -> bool:
+    def _begin_polling(self, timeout: float) -> None:
         """BEGIN, retried every ``BEGIN_POLL_MS`` while another process
-        writes; False when ``timeout`` passed without it."""
+        writes; once ``timeout`` has passed, one last try through Django's
+        own BEGIN, which raises its OperationalError if the file is still
+        locked."""
         raw = self.connection
         begin = f"BEGIN {getattr(self, 'transaction_mode', None) or ''}"
         deadline = time.monotonic() + timeout
         raw.execute(f"PRAGMA busy_timeout = {BEGIN_POLL_MS}")
         try:
-            while True:
+            while time.monotonic() < deadline:
                 try:
                     raw.execute(begin)
-                    return True
+                    return
                 except sqlite3.OperationalError as exc:
                     if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
                         raise
-                    if time.monotonic() >= deadline:
-                        return False
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]
         finally:
             raw.execute(f"PRAGMA busy_timeout = {round(timeout * 1000)}")
 

@@ -4,28 +4,13 @@ are woken for it."""
 import pytest
 
 from clients import fanout, services
-from clients.matching import parse_selector
 from clients.models import DurableClient
 from durablecache.cache import services as cache_services
 from queues import notify
 from queues import selectors as queue_selectors
+from tests.helpers import connected_client
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
-
-
-def _client(user, durable_id, **selector):
-    options = services.parse_hello_options({"durable_id": durable_id})
-    client = services.client_hello(
-        user=user, channel_name=durable_id, options=options
-    ).client
-    services.interest_register(
-        client=client,
-        region="prices",
-        selector=parse_selector(selector),
-        is_durable=True,
-        policy="none",
-    )
-    return client
 
 
 def _keys(client):
@@ -34,14 +19,14 @@ def _keys(client):
 
 
 def test_each_event_reaches_the_interests_that_want_it(user, region):
-    a = _client(user, "a", keys=["a", "x"])
-    b = _client(user, "b", keys=["b"])
-    pattern = _client(user, "pattern", regex="a.*")
-    everything = _client(user, "everything", all_keys=True)
+    a = connected_client(user, "a", keys=["a", "x"])
+    b = connected_client(user, "b", keys=["b"])
+    pattern = connected_client(user, "pattern", regex="a.*")
+    everything = connected_client(user, "everything", all_keys=True)
     for key in ("a", "b", "ab", "x"):
         cache_services.entry_put(region="prices", key=key, value=1)
     cache_services.region_clear(name="prices")
-    late = _client(user, "late", keys=["a"])  # after those events
+    late = connected_client(user, "late", keys=["a"])  # after those events
     cache_services.entry_put(region="prices", key="a", value=2)
     fanout.fanout_node("node-1")
     clear = ("region_clear", None)
@@ -64,10 +49,10 @@ def test_only_sockets_held_on_this_node_are_woken(user, region, monkeypatch):
     monkeypatch.setattr(
         notify, "ring_many", lambda heads, node=None: rung.append((set(heads), node))
     )
-    here = _client(user, "here", keys=["k"])
-    away = _client(user, "away", keys=["k"])
+    here = connected_client(user, "here", keys=["k"])
+    away = connected_client(user, "away", keys=["k"])
     services.client_disconnected(client_id=away.id, channel_name="away")
-    elsewhere = _client(user, "elsewhere", keys=["k"])  # a copy kept here
+    elsewhere = connected_client(user, "elsewhere", keys=["k"])  # a copy kept here
     DurableClient.objects.filter(pk=elsewhere.pk).update(node="node-2")
     cache_services.entry_put(region="prices", key="k", value=1)
     fanout.fanout_node("node-1")

@@ -8,33 +8,18 @@ from django.db import connections
 from django.utils import timezone
 
 from clients import fanout, maintenance, services
-from clients.matching import parse_selector
 from clients.models import DurableClient, QueueSizeReport
 from durablecache.cache import services as cache_services
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
+from tests.helpers import connected_client
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 
-def connected(user, durable_id):
-    options = services.parse_hello_options({"durable_id": durable_id})
-    client = services.client_hello(
-        user=user, channel_name=durable_id, options=options
-    ).client
-    services.interest_register(
-        client=client,
-        region="prices",
-        selector=parse_selector({"all_keys": True}),
-        is_durable=True,
-        policy="none",
-    )
-    return client
-
-
 def test_queue_sizes_are_reported_and_follow_changes(user, region):
-    first, second = connected(user, "a"), connected(user, "b")
+    first, second = connected_client(user, "a"), connected_client(user, "b")
     maintenance.report_queue_sizes("node-1")
     assert dict(QueueSizeReport.objects.values_list("client_id", "size")) == {
         first.id: 0,
@@ -53,7 +38,7 @@ def test_queue_sizes_are_reported_and_follow_changes(user, region):
 
 
 def test_a_changed_report_is_rewritten_and_an_unchanged_one_left(user, region):
-    changing, idle = connected(user, "changing"), connected(user, "idle")
+    changing, idle = connected_client(user, "changing"), connected_client(user, "idle")
     maintenance.report_queue_sizes("node-1")
     long_ago = timezone.now() - timedelta(hours=1)
     QueueSizeReport.objects.update(reported_at=long_ago)
@@ -79,7 +64,7 @@ def test_a_changed_report_is_rewritten_and_an_unchanged_one_left(user, region):
 
 
 def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
-    client = connected(user, "moved")
+    client = connected_client(user, "moved")
     DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
     assert maintenance.drop_orphans() == 1
     assert queue_selectors.queue_size(client_id=client.id) == -2
@@ -127,8 +112,8 @@ class _Meanwhile:
 
 
 def test_a_queue_created_while_orphans_are_swept_is_kept(user, region):
-    connected(user, "before")  # the sweep only runs when queues exist
-    meanwhile = _Meanwhile(lambda: connected(user, "late"), before_clients=True)
+    connected_client(user, "before")  # the sweep only runs when queues exist
+    meanwhile = _Meanwhile(lambda: connected_client(user, "late"), before_clients=True)
     late = meanwhile.sweep()
     assert queue_selectors.queue_size(client_id=late.id) == 0
 
@@ -137,7 +122,7 @@ def test_a_queue_started_afresh_while_orphans_are_swept_is_kept(user, region):
     """The sweep judged a stale queue (its client is hosted elsewhere); a
     hello meanwhile dropped it and started the client afresh here: the new
     queue is not the one judged."""
-    client = connected(user, "afresh")
+    client = connected_client(user, "afresh")
     DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
 
     def start_afresh():
@@ -154,7 +139,7 @@ def test_a_queue_started_afresh_while_orphans_are_swept_is_kept(user, region):
 
 def test_tick_runs_every_step(user, region):
     node = cache_services.node_register(name="node-1", url="http://127.0.0.1:1")
-    client = connected(user, "ticked")
+    client = connected_client(user, "ticked")
     _, event = cache_services.entry_put(region="prices", key="k", value=1)
     maintenance.tick("node-1")
     assert queue_selectors.queue_size(client_id=client.id) == 1
@@ -226,7 +211,7 @@ def test_a_client_deleted_while_its_first_report_is_written_fails_nothing(
     # A close with keepalive false deletes a client while the tick reports
     # its queue for the first time: the delete waits for the report (the
     # client row is locked), then takes the report with it.
-    client = connected(user, "leaving")
+    client = connected_client(user, "leaving")
     real_bulk_create = QueueSizeReport.objects.bulk_create
     deleter: list[threading.Thread] = []
 

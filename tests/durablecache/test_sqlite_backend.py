@@ -4,7 +4,7 @@ import sqlite3
 import threading
 
 import pytest
-from django.db import connections
+from django.db import OperationalError, connections
 
 from durablecache.sqlite3.base import DatabaseWrapper, writer_lock
 
@@ -104,7 +104,7 @@ def test_a_begin_meeting_another_writer_retries_until_it_is_done(make):
 
     def counting(timeout):
         tries.append(timeout)
-        return real(timeout)
+        real(timeout)
 
     conn._begin_polling = counting
     done = threading.Timer(0.2, other.execute, ["COMMIT"])
@@ -131,10 +131,13 @@ def test_a_begin_out_of_time_says_so(make):
     other = _other_process_writer(conn.settings_dict["NAME"])
     other.execute("BEGIN IMMEDIATE")
     try:
-        assert conn._begin_polling(0.05) is False
+        with pytest.raises(OperationalError, match="locked"):
+            conn._begin_polling(0.05)
         assert not conn.in_atomic_block
+        assert not conn.connection.in_transaction
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert conn._begin_polling(0.05) is True  # free again: in at once
+    conn._begin_polling(0.05)  # free again: in at once
+    assert conn.connection.in_transaction
     conn.connection.execute("ROLLBACK")
