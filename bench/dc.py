@@ -227,6 +227,31 @@ async def _ws_write(ws: Ws, region: str, prefix: str, count: int) -> None:
             await put_frame(ws, region, f"{prefix}{i}", str(i))
 
 
+async def _ws_write_pipelined(
+    ws: Ws, region: str, prefix: str, count: int, window: int
+) -> None:
+    """``count`` put frames with up to ``window`` unanswered at a time (as
+    paho keeps up to ``max_inflight`` QoS 1 publishes without a PUBACK);
+    every ``written`` read, in order."""
+    room = asyncio.Semaphore(window)
+
+    async def answers() -> None:
+        for i in range(count):
+            reply = json.loads(await ws.ws.recv())
+            if reply["type"] != "written" or reply["key"] != f"{prefix}{i}":
+                raise RuntimeError(f"put {i} refused or out of order: {reply}")
+            room.release()
+
+    async with asyncio.timeout(WAIT_S):
+        reader = asyncio.create_task(answers())
+        for i in range(count):
+            await room.acquire()
+            await ws.ws.send(
+                f'{{"type":"put","region":"{region}","key":"{prefix}{i}","value":{i}}}'
+            )
+        await reader
+
+
 def enqueue_ws_puts(
     ws_url: str,
     rests: dict[str, Rest],
@@ -235,21 +260,26 @@ def enqueue_ws_puts(
     durable_id: str,
     count: int,
     writers: int,
+    window: int = 1,
 ) -> float:
     """Events/s of single ``put`` frames from ``writers`` sockets until all
     are queued for an offline durable client: in every node's own store
-    when ``rests`` names two nodes (the client then has redundancy 1)."""
+    when ``rests`` names two nodes (the client then has redundancy 1).
+    ``window``: puts a socket sends before it waits for a ``written``."""
     offline_on(ws_url, rests, token, durable_id, region)
     per = count // writers
+
+    async def write(ws: Ws, prefix: str) -> None:
+        if window == 1:
+            await _ws_write(ws, region, prefix, per)
+        else:
+            await _ws_write_pipelined(ws, region, prefix, per, window)
 
     async def run() -> float:
         socks = await _ws_writers(ws_url, token, writers)
         start = time.monotonic()
         await asyncio.gather(
-            *(
-                _ws_write(ws, region, f"{durable_id}-{w}-", per)
-                for w, ws in enumerate(socks)
-            )
+            *(write(ws, f"{durable_id}-{w}-") for w, ws in enumerate(socks))
         )
         await asyncio.gather(*(ws.close(keepalive=False) for ws in socks))
         return start

@@ -75,6 +75,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # the cluster (a late disconnect of an older socket changes nothing).
         self.socket_id = f"{settings.DURABLECACHE_NODE_NAME}!{uuid.uuid4().hex}"
         self.turn = asyncio.Lock()
+        self.puts = writes.PutPipeline(self._answer_put, self._puts_failed)
         self.client: Any = None  # a HeldClient once hello succeeded
         self.woken_as: uuid.UUID | None = None  # the client it delivers for
         self.is_closing = False
@@ -144,12 +145,15 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             protocol.check_type(frame)
             if self.client is None and frame_type != "hello":
                 raise ValidationError("the first frame must be hello")
+            if frame_type != "put":  # answered after every earlier put
+                await self.puts.drained()
             await getattr(self, f"on_{frame_type}")(frame, req_id)
             self.bad_frames = 0
         except DomainError as exc:
             # A hello with a bad field is a bad frame like any other; only a
             # first frame that is not a hello at all is fatal at once.
             fatal = self.client is None and frame_type != "hello"
+            await self.puts.drained()
             await self._bad_frame(req_id, exc.code, exc.message, fatal=fatal)
 
     async def _bad_frame(
@@ -268,25 +272,38 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def on_put(self, frame: dict[str, Any], req_id: str | None) -> None:
         """Create or update one key, as ``PUT .../entries/{key}/`` does;
-        answered once the event is durable (clients.writes)."""
+        answered once the event is durable, the socket's next frame handled
+        meanwhile (clients.writes)."""
         region = protocol.required_str(frame, "region")
         key = protocol.required_str(frame, "key")
         if "value" not in frame:
             raise ValidationError("value is required (null is a value)")
-        written = await writes.batcher().put(
-            region=region, key=key, value=frame["value"]
-        )
+        await self.puts.put(req_id, region=region, key=key, value=frame["value"])
+
+    async def _answer_put(self, req_id: str | None, region: str, result: Any) -> None:
+        if self.is_closing:
+            return
+        if isinstance(result, DomainError):
+            await self._bad_frame(req_id, result.code, result.message, fatal=False)
+            return
         await self.send(
             protocol.reply(
                 "written",
                 req_id,
                 region=region,
-                key=written.key,
-                op=written.op,
-                version=written.version,
-                event_id=written.event_id,
+                key=result.key,
+                op=result.op,
+                version=result.version,
+                event_id=result.event_id,
             )
         )
+
+    async def _puts_failed(self, exc: Exception) -> None:
+        """A write round failed (the database, say): the socket ends as
+        one whose handler raised does; its client reconnects."""
+        log.error("a write round failed; closing the socket", exc_info=exc)
+        if not self.is_closing:
+            await self._close(1011)
 
     async def on_close(self, frame: dict[str, Any], req_id: str | None) -> None:
         keepalive = parse_bool(frame.get("keepalive"), field="keepalive")
@@ -418,6 +435,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.has_ended = True
+        self.puts.cancel()
         await self._stop_delivery()
         if self.client is not None:
             client_id, self.client = self.client.id, None

@@ -1,16 +1,21 @@
 """The ``put`` frames of every socket of a process, one transaction a round.
 
-A socket's ``put`` waits for its answer (``written``) before the socket's
-next frame is handled, as every frame does; the puts of the process's
-sockets that arrive while a round is being written wait for the next one,
-and a round is one hop to the database thread and one transaction
+A socket may have up to ``MAX_PUTS_IN_FLIGHT`` puts in flight: its next
+``put`` frame is handled without waiting for the previous one's
+``written``, any other frame waits until every earlier put is answered
+(``PutPipeline``). The puts of the process's sockets that arrive while a
+round is being written wait for the next one, and a round is one hop to the
+database thread and one transaction
 (``durablecache.cache.services.entries_put_many``): what one HTTP request
-and one transaction per PUT cost each write (docs/performance.md) is
-shared by every write of the round.
+and one transaction per PUT cost each write (docs/performance.md) is shared
+by every write of the round. Puts are written in the order they arrived,
+and each socket's answers go out in the order of its frames.
 """
 
 import asyncio
+import collections
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async as db
@@ -19,32 +24,39 @@ from durablecache.cache import services as cache_services
 from durablecache.cache.exceptions import DomainError
 from durablecache.cache.services import WrittenEvent
 
+# A socket with this many puts unanswered is not read until one is: a
+# writer cannot queue unbounded work on the node.
+MAX_PUTS_IN_FLIGHT = 1000
+
 # One batcher per event loop (tests run several loops in one process).
 _batchers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WriteBatcher]"
 _batchers = weakref.WeakKeyDictionary()
 
+Put = tuple[str, str, Any]  # region, key, value
+Answer = Callable[[str | None, str, "WrittenEvent | DomainError"], Awaitable[None]]
+
 
 class WriteBatcher:
     def __init__(self) -> None:
-        self.waiting: list[tuple[tuple[str, str, Any], asyncio.Future[Any]]] = []
+        self.waiting: list[tuple[Put, asyncio.Future[Any]]] = []
         self.running = False
+        self.rounds: asyncio.Task[None] | None = None  # held: not collected
 
-    async def put(self, *, region: str, key: str, value: Any) -> WrittenEvent:
-        """Write ``key`` in the next round; its event once committed, or
-        the DomainError that refused it."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def submit(self, *, region: str, key: str, value: Any) -> "asyncio.Future[Any]":
+        """Write ``key`` in the next round: a future of its event once
+        committed, or of the DomainError that refused it; it fails if the
+        round failed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self.waiting.append(((region, key, value), future))
         if not self.running:
             self.running = True
-            asyncio.get_running_loop().create_task(self._rounds())
-        result = await future
-        if isinstance(result, DomainError):
-            raise result
-        return result
+            self.rounds = loop.create_task(self._rounds())
+        return future
 
     async def _rounds(self) -> None:
         size = cache_services.MAX_PUTS_PER_ROUND
-        round_: list[tuple[tuple[str, str, Any], asyncio.Future[Any]]] = []
+        round_: list[tuple[Put, asyncio.Future[Any]]] = []
         try:
             while self.waiting:
                 round_, self.waiting = self.waiting[:size], self.waiting[size:]
@@ -75,3 +87,73 @@ def batcher() -> WriteBatcher:
     if found is None:
         found = _batchers[loop] = WriteBatcher()
     return found
+
+
+class PutPipeline:
+    """One socket's puts in flight, answered in the order they were sent.
+
+    ``answer`` sends a put's ``written`` (or the error that refused it);
+    ``failed`` is told when a round failed (the database, say): the puts
+    after it are not answered, and the socket is expected to close.
+    """
+
+    def __init__(self, answer: Answer, failed: Callable[[Exception], Awaitable[None]]):
+        self.answer = answer
+        self.failed = failed
+        self.in_flight: collections.deque[
+            tuple[str | None, str, asyncio.Future[Any]]
+        ] = collections.deque()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.answering: asyncio.Task[None] | None = None
+
+    async def put(
+        self, req_id: str | None, *, region: str, key: str, value: Any
+    ) -> None:
+        """Submit one put; returns at once unless the socket already has
+        ``MAX_PUTS_IN_FLIGHT`` unanswered."""
+        while len(self.in_flight) >= MAX_PUTS_IN_FLIGHT:
+            self.room.clear()
+            await self.room.wait()
+        future = batcher().submit(region=region, key=key, value=value)
+        self.in_flight.append((req_id, region, future))
+        if self.answering is None:
+            self.answering = asyncio.create_task(self._answer())
+
+    async def drained(self) -> None:
+        """Once every put submitted so far is answered (or the pipeline
+        stopped)."""
+        if self.answering is not None:
+            await asyncio.wait({self.answering})
+
+    def cancel(self) -> None:
+        """The socket is gone: answer nothing more. Puts already submitted
+        are still written, as a REST PUT whose client went away is."""
+        if self.answering is not None:
+            self.answering.cancel()
+        self._forget()
+
+    def _forget(self) -> None:
+        for _, _, future in self.in_flight:
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: no "never retrieved" warning
+            else:
+                future.cancel()
+        self.in_flight.clear()
+        self.room.set()
+
+    async def _answer(self) -> None:
+        try:
+            while self.in_flight:
+                req_id, region, future = self.in_flight[0]
+                try:
+                    result = await future
+                except Exception as exc:
+                    self._forget()
+                    await self.failed(exc)
+                    return
+                self.in_flight.popleft()
+                self.room.set()
+                await self.answer(req_id, region, result)
+        finally:
+            self.answering = None

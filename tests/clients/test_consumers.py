@@ -843,3 +843,56 @@ async def test_puts_of_many_sockets_share_write_rounds(
     ]
     assert sum(rounds) == 5
     assert len(rounds) < 5  # puts of several sockets in one transaction
+
+
+async def test_a_sockets_puts_pipeline_and_are_answered_in_order(
+    session, token, region, monkeypatch
+):
+    rounds = []
+    real = writes.cache_services.entries_put_many
+
+    def counting(*, puts):
+        rounds.append(len(puts))
+        return real(puts=puts)
+
+    monkeypatch.setattr(writes.cache_services, "entries_put_many", counting)
+    monkeypatch.setattr(writes, "MAX_PUTS_IN_FLIGHT", 3)  # the socket waits too
+    sock, _ = await session(token)
+    for i in range(8):
+        await sock.send(type="put", id=f"p{i}", region="prices", key="k", value=i)
+    await sock.send(type="put", id="bad", region="nowhere", key="k", value=0)
+    await sock.send(type="put", id="p8", region="prices", key="k", value=8)
+    # Any other frame is answered after every put sent before it.
+    await sock.send(type="unregister_interest", id="u", region="prices", all_keys=True)
+    replies = [await sock.recv() for _ in range(11)]
+    assert [r["id"] for r in replies] == [
+        *(f"p{i}" for i in range(8)),
+        "bad",
+        "p8",
+        "u",
+    ]
+    assert [r["version"] for r in replies[:8]] == list(range(1, 9))
+    assert (replies[8]["type"], replies[8]["code"]) == ("error", "no_such_region")
+    assert (replies[9]["type"], replies[9]["version"]) == ("written", 9)
+    assert replies[10]["type"] == "interest_unregistered"
+    assert sum(rounds) == 10
+    assert len(rounds) < 10  # one socket's puts share transactions
+    entry = await db(lambda: cache_selectors.entry_get(region="prices", key="k"))()
+    assert (entry.value, entry.version) == (8, 9)
+
+
+async def test_a_failed_write_round_closes_the_socket_and_frees_its_id(
+    session, token, region, monkeypatch
+):
+    def broken(*, puts):
+        raise RuntimeError("database went away")
+
+    sock, _ = await session(token, durable_id="writer")
+    monkeypatch.setattr(writes.cache_services, "entries_put_many", broken)
+    await sock.send(type="put", region="prices", key="a", value=1)
+    closed = await sock.comm.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": 1011}
+    await sock.comm.disconnect()
+    monkeypatch.undo()
+    _again, welcome = await session(token, durable_id="writer")
+    assert welcome["type"] == "welcome"
