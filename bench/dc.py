@@ -209,30 +209,26 @@ async def _ws_writers(ws_url: str, token: str, writers: int) -> list[Ws]:
     return list(await asyncio.gather(*(one() for _ in range(writers))))
 
 
+def _put_text(region: str, key: str, value_json: str) -> str:
+    return f'{{"type":"put","region":"{region}","key":"{key}","value":{value_json}}}'
+
+
 async def put_frame(ws: Ws, region: str, key: str, value_json: str) -> None:
     """One ``put`` frame (the value as JSON text), then its ``written``."""
-    await ws.ws.send(
-        f'{{"type":"put","region":"{region}","key":"{key}","value":{value_json}}}'
-    )
+    await ws.ws.send(_put_text(region, key, value_json))
     reply = json.loads(await ws.ws.recv())
     if reply["type"] != "written":
         raise RuntimeError(f"put refused: {reply}")
 
 
-async def _ws_write(ws: Ws, region: str, prefix: str, count: int) -> None:
-    """``count`` put frames, each after the previous one's ``written`` (as
-    a QoS 1 publisher waits for each PUBACK); one deadline for them all."""
-    async with asyncio.timeout(WAIT_S):
-        for i in range(count):
-            await put_frame(ws, region, f"{prefix}{i}", str(i))
-
-
-async def _ws_write_pipelined(
-    ws: Ws, region: str, prefix: str, count: int, window: int
+async def _ws_write(
+    ws: Ws, region: str, prefix: str, count: int, window: int = 1
 ) -> None:
-    """``count`` put frames with up to ``window`` unanswered at a time (as
-    paho keeps up to ``max_inflight`` QoS 1 publishes without a PUBACK);
-    every ``written`` read, in order."""
+    """``count`` put frames with up to ``window`` unanswered at a time (1:
+    each after the previous one's ``written``, as a QoS 1 publisher waits
+    for each PUBACK; more: as paho keeps up to ``max_inflight`` publishes
+    without a PUBACK); every ``written`` read, in order; one deadline for
+    them all."""
     room = asyncio.Semaphore(window)
 
     async def answers() -> None:
@@ -246,9 +242,7 @@ async def _ws_write_pipelined(
         reader = asyncio.create_task(answers())
         for i in range(count):
             await room.acquire()
-            await ws.ws.send(
-                f'{{"type":"put","region":"{region}","key":"{prefix}{i}","value":{i}}}'
-            )
+            await ws.ws.send(_put_text(region, f"{prefix}{i}", str(i)))
         await reader
 
 
@@ -269,17 +263,14 @@ def enqueue_ws_puts(
     offline_on(ws_url, rests, token, durable_id, region)
     per = count // writers
 
-    async def write(ws: Ws, prefix: str) -> None:
-        if window == 1:
-            await _ws_write(ws, region, prefix, per)
-        else:
-            await _ws_write_pipelined(ws, region, prefix, per, window)
-
     async def run() -> float:
         socks = await _ws_writers(ws_url, token, writers)
         start = time.monotonic()
         await asyncio.gather(
-            *(write(ws, f"{durable_id}-{w}-") for w, ws in enumerate(socks))
+            *(
+                _ws_write(ws, region, f"{durable_id}-{w}-", per, window)
+                for w, ws in enumerate(socks)
+            )
         )
         await asyncio.gather(*(ws.close(keepalive=False) for ws in socks))
         return start

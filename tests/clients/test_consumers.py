@@ -821,9 +821,9 @@ async def test_a_refused_put_is_a_bad_frame_and_writes_nothing(
     assert ok["type"] == "written"  # the socket stays open
 
 
-async def test_puts_of_many_sockets_share_write_rounds(
-    session, token, region, monkeypatch
-):
+@pytest.fixture
+def write_rounds(monkeypatch):
+    """The sizes of the write rounds run, in order."""
     rounds = []
     real = writes.cache_services.entries_put_many
 
@@ -832,6 +832,12 @@ async def test_puts_of_many_sockets_share_write_rounds(
         return real(puts=puts)
 
     monkeypatch.setattr(writes.cache_services, "entries_put_many", counting)
+    return rounds
+
+
+async def test_puts_of_many_sockets_share_write_rounds(
+    session, token, region, write_rounds
+):
     socks = [(await session(token))[0] for _ in range(5)]
     # All five frames are queued before any is handled; the round that the
     # first one starts runs after the others have joined it.
@@ -841,21 +847,13 @@ async def test_puts_of_many_sockets_share_write_rounds(
     assert sorted((r["type"], r["key"]) for r in replies) == [
         ("written", f"k{i}") for i in range(5)
     ]
-    assert sum(rounds) == 5
-    assert len(rounds) < 5  # puts of several sockets in one transaction
+    assert sum(write_rounds) == 5
+    assert len(write_rounds) < 5  # puts of several sockets in one transaction
 
 
 async def test_a_sockets_puts_pipeline_and_are_answered_in_order(
-    session, token, region, monkeypatch
+    session, token, region, write_rounds, monkeypatch
 ):
-    rounds = []
-    real = writes.cache_services.entries_put_many
-
-    def counting(*, puts):
-        rounds.append(len(puts))
-        return real(puts=puts)
-
-    monkeypatch.setattr(writes.cache_services, "entries_put_many", counting)
     monkeypatch.setattr(writes, "MAX_PUTS_IN_FLIGHT", 3)  # the socket waits too
     sock, _ = await session(token)
     for i in range(8):
@@ -875,8 +873,8 @@ async def test_a_sockets_puts_pipeline_and_are_answered_in_order(
     assert (replies[8]["type"], replies[8]["code"]) == ("error", "no_such_region")
     assert (replies[9]["type"], replies[9]["version"]) == ("written", 9)
     assert replies[10]["type"] == "interest_unregistered"
-    assert sum(rounds) == 10
-    assert len(rounds) < 10  # one socket's puts share transactions
+    assert sum(write_rounds) == 10
+    assert len(write_rounds) < 10  # one socket's puts share transactions
     entry = await db(lambda: cache_selectors.entry_get(region="prices", key="k"))()
     assert (entry.value, entry.version) == (8, 9)
 
