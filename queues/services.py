@@ -219,15 +219,8 @@ def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
 
 
 def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
-    """Drop every entry with seq <= up_to; return how many went.
-
-    In SQL (three statements, one transaction): a socket acks every few
-    dozen events, and the ORM's query building cost ~0.7 ms of CPU per
-    query here (docs/performance.md).
-    """
-    connection = connections[NODE_STORE]
-    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
-        return _ack(cursor, connection, client_id, up_to)
+    """Drop every entry with seq <= up_to; return how many went."""
+    return queue_ack_and_mark_many(acks=[(client_id, up_to)], marks={})[0]
 
 
 def commit_unflushed(connection: Any) -> None:
@@ -257,50 +250,81 @@ def queue_ack_and_mark_many(
     """Apply many sockets' acks and record their delivered-through marks in
     one transaction (one write lock of the node store instead of one per
     ack: the fan-out's appends wait for each); return the rows each ack
-    dropped."""
+    dropped.
+
+    1. Lock every head row the round changes, in client id order, in one
+       statement: the fan-out locks the heads of its batch in that order
+       too (``_lock_heads``). Locking the acked rows first and the marked
+       ones after took them out of order, and PostgreSQL found deadlocks
+       with the fan-out under the live fan-out benchmark.
+    2. Delete each ack's entries (one statement per ack: its count keeps
+       the head's size exact).
+    3. Write every changed head with one executemany (one round trip on
+       PostgreSQL, where each mark was a statement of its own).
+    In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
+    query on the benchmark machine (docs/performance.md).
+    """
     if not acks and not marks:
         return []
     connection = connections[NODE_STORE]
+    dropped = [0] * len(acks)
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
-        # Row locks in id order, like every other multi-queue write here.
-        order = sorted(range(len(acks)), key=lambda i: acks[i][0])
-        dropped = [0] * len(acks)
-        for i in order:
-            dropped[i] = _ack(cursor, connection, *acks[i])
-        _mark_delivered(cursor, connection, marks)
+        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
+        changed: set[uuid.UUID] = set()
+        _, delete, update = _ack_sql(connection.vendor)
+        for i, (client_id, up_to) in enumerate(acks):
+            head = heads.get(client_id)
+            if head is None or up_to <= head[0]:
+                continue
+            cursor.execute(delete, [_state_pk(client_id, connection), up_to])
+            dropped[i] = max(0, cursor.rowcount)
+            head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
+            changed.add(client_id)
+        for client_id, through in marks.items():
+            head = heads.get(client_id)
+            if head is not None and through > head[1]:
+                head[1] = through
+                changed.add(client_id)
+        cursor.executemany(
+            update,
+            [[*heads[pk], _state_pk(pk, connection)] for pk in sorted(changed)],
+        )
     return dropped
 
 
 @functools.cache
 def _ack_sql(vendor: str) -> tuple[str, str, str]:
+    """Lock heads (add the id list), delete acked entries, write a head."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = _table(QueueState), _table(QueueEntry)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return (
-        f"SELECT acked_through, size FROM {state_table}"  # noqa: S608
-        f" WHERE client_id = %s{lock}",
+        "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
+        f" FROM {state_table} WHERE client_id IN ",
         f"DELETE FROM {entry_table} WHERE queue_id = %s"  # noqa: S608
         f" AND {quote('seq')} <= %s",
         f"UPDATE {state_table} SET acked_through = %s,"  # noqa: S608
-        " delivered_through = CASE WHEN delivered_through < %s THEN %s"
-        " ELSE delivered_through END, size = %s WHERE client_id = %s",
+        " delivered_through = %s, size = %s WHERE client_id = %s",
     )
 
 
-def _ack(cursor: Any, connection: Any, client_id: uuid.UUID, up_to: int) -> int:
-    """One ack, inside the caller's transaction."""
-    select, delete, update = _ack_sql(connection.vendor)
-    pk = _state_pk(client_id, connection)
-    cursor.execute(select, [pk])
-    row = cursor.fetchone()
-    if row is None or up_to <= row[0]:
-        return 0
-    cursor.execute(delete, [pk, up_to])
-    deleted = max(0, cursor.rowcount)
-    cursor.execute(update, [up_to, up_to, up_to, max(0, row[1] - deleted), pk])
-    return deleted
+def _lock_marks(
+    cursor: Any, connection: Any, client_ids: set[uuid.UUID]
+) -> dict[uuid.UUID, list[int]]:
+    """Lock the head rows of ``client_ids`` in id order; return each one's
+    ``[acked_through, delivered_through, size]``."""
+    select = _ack_sql(connection.vendor)[0]
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    heads: dict[uuid.UUID, list[int]] = {}
+    for chunk in sql.chunks(sorted(client_ids), 500):
+        cursor.execute(
+            f"{select}({', '.join(['%s'] * len(chunk))}) ORDER BY client_id{lock}",
+            [_state_pk(pk, connection) for pk in chunk],
+        )
+        for pk, *head in cursor.fetchall():
+            heads[_as_uuid(pk)] = head
+    return heads
 
 
 def _table(model: Any) -> str:
@@ -424,30 +448,6 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         value=data["value"],
         version=data["version"],
         ts=ts,
-    )
-
-
-def queue_mark_delivered_many(marks: dict[uuid.UUID, int]) -> None:
-    """Record, per queue, that its session has sent everything through the
-    given seq: one transaction for many queues (one write lock on SQLite,
-    whose waiting writers sleep and back off)."""
-    if not marks:
-        return
-    connection = connections[NODE_STORE]
-    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
-        _mark_delivered(cursor, connection, marks)
-
-
-def _mark_delivered(cursor: Any, connection: Any, marks: dict[uuid.UUID, int]) -> None:
-    if not marks:
-        return
-    cursor.executemany(
-        f"UPDATE {_table(QueueState)} SET delivered_through = %s"  # noqa: S608
-        " WHERE client_id = %s AND delivered_through < %s",
-        [
-            (through, _state_pk(pk, connection), through)
-            for pk, through in sorted(marks.items())
-        ],
     )
 
 
