@@ -18,8 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from channels.db import database_sync_to_async as db
-
+from clients import threads
 from durablecache.cache import services as cache_services
 from durablecache.cache.exceptions import DomainError
 from durablecache.cache.services import WrittenEvent
@@ -61,8 +60,9 @@ class WriteBatcher:
             while self.waiting:
                 round_, self.waiting = self.waiting[:size], self.waiting[size:]
                 try:
-                    results = await db(cache_services.entries_put_many)(
-                        puts=[put for put, _ in round_]
+                    results = await threads.writes.call(
+                        cache_services.entries_put_many,
+                        puts=[put for put, _ in round_],
                     )
                 except Exception as exc:  # the round failed: each put says so
                     for _, future in round_:
