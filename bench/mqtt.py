@@ -15,6 +15,8 @@ import paho.mqtt.client as mqtt
 from bench.common import wait_until
 
 WAIT_S = 120
+# paho's default max_inflight_messages: QoS 1 publishes without a PUBACK.
+DEFAULT_INFLIGHT = 20
 
 
 class Mosquitto:
@@ -94,9 +96,13 @@ def make_offline(port: int, client_id: str, topic: str) -> None:
     client.loop_stop()
 
 
-def publish_pipelined(port: int, topic: str, count: int) -> float:
-    """Publish ``count`` QoS 1 messages as fast as paho allows; events/s."""
+def publish_pipelined(
+    port: int, topic: str, count: int, window: int = DEFAULT_INFLIGHT
+) -> float:
+    """Publish ``count`` QoS 1 messages as fast as paho allows, ``window``
+    without a PUBACK at most; events/s."""
     client = client_for(port, f"pub-{topic}", clean=True)
+    client.max_inflight_messages_set(window)
     acked = threading.Semaphore(0)
     client.on_publish = lambda *_: acked.release()
     connect(client, port)
@@ -112,9 +118,13 @@ def publish_pipelined(port: int, topic: str, count: int) -> float:
     return count / elapsed
 
 
-def enqueue_pipelined(port: int, tag: str, count: int) -> float:
+def enqueue_pipelined(
+    port: int, tag: str, count: int, window: int = DEFAULT_INFLIGHT
+) -> float:
+    """Pipelined publishes into a persistent session's queue (kept: the
+    replay scenario reads it)."""
     make_offline(port, f"{tag}-sub", f"{tag}/#")
-    return publish_pipelined(port, tag, count)
+    return publish_pipelined(port, tag, count, window)
 
 
 def enqueue_sequential(port: int, tag: str, count: int, writers: int) -> float:

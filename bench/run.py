@@ -39,6 +39,8 @@ TARGETS = {
     "enqueue_putall_r1": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_wsput_r1_seq": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_wsput_r1_4w": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_wsput_r1_pipe": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_wsput_pipe": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_wsput_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_wsput_4w": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
@@ -49,8 +51,15 @@ TARGETS = {
 }
 # The live fan-out, written by REST PUTs and by put frames.
 FANOUTS = {"fanout": "REST PUTs", "fanout_ws": "put frames"}
-# The websocket put scenarios on the 2-node cluster: (figure, writers).
-WS_PUTS_R1 = (("enqueue_wsput_r1_seq", 1), ("enqueue_wsput_r1_4w", 4))
+# The websocket put scenarios on the 2-node cluster: (figure, writers,
+# window); a window of 1 waits for each ``written``, as a QoS 1 publisher
+# that waits for each PUBACK; a pipelined writer keeps ``--window`` puts in
+# flight, as paho keeps up to ``max_inflight_messages`` (20) publishes.
+WS_PUTS_R1 = (
+    ("enqueue_wsput_r1_seq", 1, 1),
+    ("enqueue_wsput_r1_4w", 4, 1),
+    ("enqueue_wsput_r1_pipe", 1, None),
+)
 # Figures with an absolute bound instead of a ratio to Mosquitto.
 NODE_TIMEOUT_S = 5.0
 FAILOVER_BOUND_S = NODE_TIMEOUT_S + 1.0
@@ -176,10 +185,10 @@ class Bench:
                 self.ws_url, rests, self.token, REGION, f"{tag}-r1", a.replay
             )
             # 2b'. Single puts on the websocket into the same kind of queue.
-            for name, writers in WS_PUTS_R1:
+            for name, writers, window in WS_PUTS_R1:
                 ws_r1[name] = dc.enqueue_ws_puts(
                     self.ws_url, rests, self.token, REGION, f"{tag}-{name}",
-                    a.ws_puts, writers,
+                    *self._puts(window), writers, window or a.window,
                 )  # fmt: skip
         finally:
             self.cluster.stop_node("node-2")
@@ -189,16 +198,22 @@ class Bench:
             "mosquitto",
             mqtt.enqueue_pipelined(port, f"{tag}-r1", a.replay),
         )
-        for name, writers in WS_PUTS_R1:
+        for name, writers, window in WS_PUTS_R1:
             self.record(name, "durablecache", ws_r1[name])
-            self.record(
-                name,
-                "mosquitto",
-                mqtt.enqueue_sequential(port, f"{tag}-{name}", a.ws_puts, writers),
-            )
+            self.record(name, "mosquitto", self._mqtt_puts(tag, name, writers, window))
         # 2b. Single puts, one writer and four: put frames on the websocket,
         # then REST PUTs (an HTTP request each).
         one_node = {"node-1": self.rest}
+        did = f"{tag}-pipe"
+        self.record(
+            "enqueue_wsput_pipe",
+            "durablecache",
+            dc.enqueue_ws_puts(
+                self.ws_url, one_node, self.token, REGION, did,
+                a.pipelined_puts, 1, a.window,
+            ),
+        )  # fmt: skip
+        self.record("enqueue_wsput_pipe", "mosquitto", self._mqtt_puts(tag, "pipe", 1))
         for name, writers in (("enqueue_wsput_seq", 1), ("enqueue_wsput_4w", 4)):
             did = f"{tag}-{name}"
             self.record(
@@ -244,6 +259,28 @@ class Bench:
             ),
         )  # fmt: skip
         self.record("fanout_ws", "mosquitto", mosquitto)
+
+    def _puts(self, window: int | None) -> list[int]:
+        """How many single puts a scenario writes: more when pipelined."""
+        return [self.args.ws_puts if window == 1 else self.args.pipelined_puts]
+
+    def _mqtt_puts(
+        self, tag: str, name: str, writers: int, window: int | None = None
+    ) -> float:
+        """Mosquitto's side of a single-put scenario: QoS 1 publishes, each
+        after the previous PUBACK, or pipelined by paho (its window is
+        ``max_inflight_messages``, 20)."""
+        port = self.mosquitto.port if self.mosquitto else 0
+        if window == 1:
+            return mqtt.enqueue_sequential(
+                port, f"{tag}-{name}", self.args.ws_puts, writers
+            )
+        did = f"{tag}-{name}"
+        rate = mqtt.enqueue_pipelined(
+            port, did, self.args.pipelined_puts, self.args.window
+        )
+        mqtt.drop_session(port, f"{did}-sub")
+        return rate
 
     def queue_growth(self, deadline: float) -> dict[str, Any]:
         """4b. Node RSS and the pending-count time while one queue grows."""
@@ -368,8 +405,14 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
         "enqueue_putall_r1": f"enqueue putall R1 {args.replay} ev/s",
         "enqueue_wsput_r1_seq": f"enqueue {args.ws_puts} ws puts R1, 1 writer ev/s",
         "enqueue_wsput_r1_4w": f"enqueue {args.ws_puts} ws puts R1, 4 writers ev/s",
+        "enqueue_wsput_r1_pipe": (
+            f"enqueue {args.pipelined_puts} ws puts R1, {args.window} in flight ev/s"
+        ),
         "enqueue_wsput_seq": f"enqueue {args.ws_puts} ws puts, 1 writer ev/s",
         "enqueue_wsput_4w": f"enqueue {args.ws_puts} ws puts, 4 writers ev/s",
+        "enqueue_wsput_pipe": (
+            f"enqueue {args.pipelined_puts} ws puts, {args.window} in flight ev/s"
+        ),
         "enqueue_put_seq": f"enqueue {args.puts} REST PUTs, 1 writer ev/s",
         "enqueue_put_4w": f"enqueue {args.puts} REST PUTs, 4 writers ev/s",
         "memory": f"memory/idle client, {args.idle} clients (KiB)",
@@ -545,6 +588,18 @@ def main() -> int:
     parser.add_argument("--puts", type=int, default=500, help="REST PUTs")
     parser.add_argument(
         "--ws-puts", type=int, default=1000, help="put frames on the websocket"
+    )
+    parser.add_argument(
+        "--pipelined-puts",
+        type=int,
+        default=5000,
+        help="put frames (and QoS 1 publishes) of the pipelined single-put scenarios",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=20,
+        help="puts in flight when pipelined, on both sides (paho's default is 20)",
     )
     parser.add_argument("--fanout-clients", type=int, default=100)
     parser.add_argument("--fanout-rate", type=int, default=100)
