@@ -48,6 +48,10 @@ def queue_entries_after(
 _EVENT_COLUMNS = ("event_id", "seq", "region", "key", "op", "value", "version", "ts")
 
 
+# ISO-8601 in UTC with a Z, as ts_text writes it for SQLite's stored text.
+_PG_WIRE_TS = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""
+
+
 @functools.cache
 def _events_sql(vendor: str, *, bounded: bool) -> str:
     connection = connections[NODE_STORE]
@@ -58,6 +62,13 @@ def _events_sql(vendor: str, *, bounded: bool) -> str:
         # sqlite3 parse it into a datetime per row fetched (a converter
         # Django registers), only for ts_text to format it back.
         columns = columns.replace(quote("ts"), f"CAST({quote('ts')} AS TEXT)")
+    elif vendor == "postgresql":
+        # The wire's text, made by the server: psycopg would parse each
+        # row's timestamptz into a datetime for ts_text to format it back.
+        columns = columns.replace(
+            quote("ts"),
+            f"to_char({quote('ts')} AT TIME ZONE 'UTC', {_PG_WIRE_TS}) AS ts",
+        )
     seq, queue = quote("seq"), quote("queue_id")
     upper = f" AND {seq} <= %s" if bounded else ""
     return (
@@ -68,12 +79,16 @@ def _events_sql(vendor: str, *, bounded: bool) -> str:
 
 def ts_text(ts: datetime | str) -> str:
     """A stored timestamp as the wire wants it: PostgreSQL hands back aware
-    datetimes; SQLite naive UTC ones (USE_TZ), or the text it stores them
-    as (``YYYY-MM-DD HH:MM:SS[.ffffff]``, what ``str()`` of the naive
-    datetime wrote) when the statement reads it as text."""
+    datetimes, or ``_PG_WIRE_TS``'s text when the statement formats it;
+    SQLite naive UTC ones (USE_TZ), or the text it stores them as
+    (``YYYY-MM-DD HH:MM:SS[.ffffff]``, what ``str()`` of the naive datetime
+    wrote) when the statement reads it as text."""
     if isinstance(ts, str):
         if len(ts) in (19, 26) and ts[10] == " ":
             return f"{ts[:10]}T{ts[11:]}Z"
+        if len(ts) == 27 and ts[10] == "T" and ts[-1] == "Z":  # _PG_WIRE_TS
+            # Whole seconds without their zeros, as isoformat writes them.
+            return ts[:19] + "Z" if ts.endswith(".000000Z") else ts
         parsed = parse_datetime(ts)
         if parsed is None:
             raise ValueError(f"not a stored timestamp: {ts!r}")
