@@ -5,7 +5,7 @@ import json
 import uuid
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from clients import reads
@@ -36,7 +36,7 @@ def _queue(n_events: int) -> uuid.UUID:
 
 
 async def test_asks_that_arrive_together_share_one_round(monkeypatch):
-    ids = [await sync_to_async(_queue)(3) for _ in range(5)]
+    ids = [await database_sync_to_async(_queue)(3) for _ in range(5)]
     rounds = []
     real = reads._run_round
 
@@ -57,7 +57,7 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
         assert [row["seq"] for row in rows] == [2, 3]
         assert json.loads(rows[0]["value_json"]) == {"n": 2}
         assert rows[0]["ts"].endswith(("Z", "+00:00"))
-    delivered = await sync_to_async(
+    delivered = await database_sync_to_async(
         lambda: sorted(
             QueueState.objects.filter(pk__in=ids).values_list(
                 "delivered_through", flat=True
@@ -68,19 +68,21 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
 
 
 async def test_a_mark_already_recorded_is_not_written_again():
-    pk = await sync_to_async(_queue)(4)
-    await sync_to_async(QueueState.objects.filter(pk=pk).update)(delivered_through=3)
+    pk = await database_sync_to_async(_queue)(4)
+    await database_sync_to_async(QueueState.objects.filter(pk=pk).update)(
+        delivered_through=3
+    )
     batcher = reads.ReadBatcher()
     rows = await batcher.next_batch(
         client_id=pk, sent_through=2, marked_through=0, limit=1, through=3
     )
     assert [row["seq"] for row in rows] == [3]
-    state = await sync_to_async(QueueState.objects.get)(pk=pk)
+    state = await database_sync_to_async(QueueState.objects.get)(pk=pk)
     assert state.delivered_through == 3  # never moves back
 
 
 async def test_one_failing_read_fails_only_its_socket(monkeypatch):
-    good = await sync_to_async(_queue)(2)
+    good = await database_sync_to_async(_queue)(2)
     bad = uuid.uuid4()
     real = reads.queue_selectors.queue_events_after
 
@@ -110,7 +112,7 @@ async def test_one_failing_read_fails_only_its_socket(monkeypatch):
 
 
 async def test_a_socket_that_stops_waiting_does_not_stop_the_round():
-    ids = [await sync_to_async(_queue)(1) for _ in range(2)]
+    ids = [await database_sync_to_async(_queue)(1) for _ in range(2)]
     batcher = reads.ReadBatcher()
     gone = asyncio.ensure_future(
         batcher.next_batch(client_id=ids[0], sent_through=0, marked_through=0, limit=5)
@@ -128,7 +130,7 @@ async def test_a_socket_that_stops_waiting_does_not_stop_the_round():
 async def test_acks_and_reads_that_arrive_together_share_one_transaction(
     monkeypatch,
 ):
-    ids = [await sync_to_async(_queue)(4) for _ in range(3)]
+    ids = [await database_sync_to_async(_queue)(4) for _ in range(3)]
     transactions = []
     real = reads.queue_services.queue_ack_and_mark_many
 
@@ -157,13 +159,13 @@ async def test_acks_and_reads_that_arrive_together_share_one_transaction(
         )
         return s.acked_through, s.delivered_through, s.size, left
 
-    assert await sync_to_async(state)(ids[0]) == (2, 2, 2, [3, 4])
-    assert await sync_to_async(state)(ids[1]) == (4, 4, 0, [])
-    assert await sync_to_async(state)(ids[2]) == (0, 3, 4, [1, 2, 3, 4])
+    assert await database_sync_to_async(state)(ids[0]) == (2, 2, 2, [3, 4])
+    assert await database_sync_to_async(state)(ids[1]) == (4, 4, 0, [])
+    assert await database_sync_to_async(state)(ids[2]) == (0, 3, 4, [1, 2, 3, 4])
 
 
 async def test_an_ack_at_or_below_the_last_one_drops_nothing():
-    pk = await sync_to_async(_queue)(3)
+    pk = await database_sync_to_async(_queue)(3)
     batcher = reads.ReadBatcher()
     assert await batcher.ack(client_id=pk, up_to=2) == 2
     assert await batcher.ack(client_id=pk, up_to=1) == 0
@@ -171,7 +173,7 @@ async def test_an_ack_at_or_below_the_last_one_drops_nothing():
 
 
 async def test_a_failed_ack_transaction_fails_its_acks_and_reads(monkeypatch):
-    pk = await sync_to_async(_queue)(2)
+    pk = await database_sync_to_async(_queue)(2)
 
     def failing(*, acks, marks):
         raise RuntimeError("database gone")
@@ -216,7 +218,7 @@ def _queues_of_the_same_events(n_queues: int, when) -> list[uuid.UUID]:
 @pytest.mark.parametrize("microsecond", [0, 123456])
 async def test_a_round_builds_each_event_once_for_all_its_sockets(microsecond):
     when = timezone.now().replace(microsecond=microsecond)
-    ids = await sync_to_async(_queues_of_the_same_events)(3, when)
+    ids = await database_sync_to_async(_queues_of_the_same_events)(3, when)
     batcher = reads.ReadBatcher()
     results = await asyncio.gather(
         *(
