@@ -480,12 +480,14 @@ def test_openapi_schema_is_served(api):
 @pytest.mark.django_db(transaction=True, databases=["default", "node"])
 async def test_percent_encoded_slash_through_asgi(token):
     """A key holding "/" sent as %2F round-trips through the ASGI application."""
-    from asgiref.sync import sync_to_async
     from asgiref.testing import ApplicationCommunicator
+    from channels.db import database_sync_to_async
 
     from durablecache.asgi import application
 
-    await sync_to_async(services.region_create)(name="paths")
+    # database_sync_to_async: its thread's connection is closed after the
+    # call (PostgreSQL will not drop a test database still connected).
+    await database_sync_to_async(services.region_create)(name="paths")
     raw = b"/api/v1/regions/paths/entries/dir%2Ffile.txt/"
     body = b'{"value": 7}'
     scope = {
@@ -510,7 +512,9 @@ async def test_percent_encoded_slash_through_asgi(token):
     content = (await app.receive_output(timeout=10))["body"]
     assert start["status"] == 200, content
     assert json.loads(content)["key"] == "dir/file.txt"
-    entry = await sync_to_async(selectors.entry_get)(region="paths", key="dir/file.txt")
+    entry = await database_sync_to_async(selectors.entry_get)(
+        region="paths", key="dir/file.txt"
+    )
     assert entry.value == 7
 
 

@@ -36,6 +36,7 @@ from durablecache.cache.api.serializers import (
     RegionSerializer,
 )
 from durablecache.cache.exceptions import NoSuchRegionError
+from durablecache.cache.group_commit import entry_put_together
 from durablecache.cache.validation import MAX_KEY_LEN, NAME_RE, validate_key
 
 REGION_PARAMETER = name_parameter("region", "the region's name")
@@ -210,14 +211,14 @@ class EntryDetailView(RegionScopedView):
             value = body["value"]
         else:
             value = _valid(EntryPutSerializer, request)["value"]
-        _, event = services.entry_put(region=region, key=key, value=value)
+        written = entry_put_together(region=region, key=key, value=value)
         # EntryPutResultSerializer's shape, built directly.
         return Response(
             {
-                "key": event.key,
-                "value": event.value,
-                "version": event.version,
-                "event_id": event.event_id,
+                "key": written.key,
+                "value": value,
+                "version": written.version,
+                "event_id": written.event_id,
             }
         )
 
