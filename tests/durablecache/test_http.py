@@ -4,8 +4,8 @@ import json
 import threading
 
 import pytest
-from asgiref.sync import sync_to_async
 from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
 from django.core import signals
 from django.db import connections
 from rest_framework.authtoken.models import Token
@@ -64,7 +64,7 @@ async def test_views_run_on_the_pool_and_keep_their_database_connection(
 ):
     # Test settings turn persistent connections off (tests/settings.py).
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 60)
-    await sync_to_async(services.region_create)(name="r")
+    await database_sync_to_async(services.region_create)(name="r")
     auth = [(b"authorization", f"Token {token}".encode())]
     seen = []
 
@@ -93,7 +93,7 @@ async def test_views_run_on_the_pool_and_keep_their_database_connection(
 
 
 async def test_a_write_through_the_handler_is_committed(handler, token):
-    await sync_to_async(services.region_create)(name="w")
+    await database_sync_to_async(services.region_create)(name="w")
     body = b'{"value": {"n": 1}}'
     headers = [
         (b"authorization", f"Token {token}".encode()),
@@ -105,7 +105,7 @@ async def test_a_write_through_the_handler_is_committed(handler, token):
     assert status == 200, content
     from durablecache.cache import selectors
 
-    entry = await sync_to_async(selectors.entry_get)(region="w", key="k")
+    entry = await database_sync_to_async(selectors.entry_get)(region="w", key="k")
     assert entry.value == {"n": 1}
 
 
