@@ -20,7 +20,8 @@ import logging
 import weakref
 from typing import Any
 
-from clients import threads
+from channels.db import database_sync_to_async as db
+
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 
@@ -129,10 +130,8 @@ class ReadBatcher:
                 round_, self.waiting = self.waiting, []
                 acks, self.acks = self.acks, []
                 try:
-                    results, acked = await threads.reads.call(
-                        _run_round,
-                        [ask for ask, _ in round_],
-                        [ack for ack, _ in acks],
+                    results, acked = await db(_run_round)(
+                        [ask for ask, _ in round_], [ack for ack, _ in acks]
                     )
                 except Exception as exc:
                     results, acked = [(False, exc)] * len(round_), (False, exc)

@@ -1,4 +1,4 @@
-"""The database threads of the write and delivery rounds (clients.threads)."""
+"""The database thread of the write rounds (clients.threads)."""
 
 import threading
 
@@ -29,11 +29,9 @@ async def test_a_call_runs_on_its_own_thread_and_returns_the_result():
     assert await runner.call(_query) == 1
 
 
-async def test_the_write_and_the_read_rounds_have_different_threads():
+async def test_the_write_rounds_have_their_own_thread():
     writes, _ = await threads.writes.call(_connection_state)
-    reads, _ = await threads.reads.call(_connection_state)
     assert writes.startswith("db-writes")
-    assert reads.startswith("db-reads")
 
 
 async def test_an_exception_of_the_call_reaches_the_caller():
