@@ -10,7 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from rest_framework.authtoken.models import Token
+
+from clients.tokens import token_user
 
 INVALID = object()
 
@@ -24,10 +25,8 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 
 @database_sync_to_async
 def _user_for(token: str) -> Any:
-    found = Token.objects.select_related("user").filter(key=token).first()
-    if found is None or not found.user.is_active:
-        return None
-    return found.user
+    user = token_user(token)
+    return user if user is not None and user.is_active else None
 
 
 async def user_from_scope(scope: dict[str, Any]) -> Any:
