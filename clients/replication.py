@@ -149,24 +149,33 @@ def fail_over(client: DurableClient, members: Membership) -> bool:
 
 
 def top_up(
-    client: DurableClient, members: Membership, load: Counter[str], at_least: int = 0
+    client: DurableClient,
+    members: Membership,
+    load: Callable[[], Counter[str]],
+    at_least: int = 0,
 ) -> list[str]:
     """Add secondaries on the least loaded up nodes; return the new ones.
 
-    Also removes secondaries beyond the redundancy (it can be lowered by a
-    later ``hello``), copies still being filled first.
+    ``load()`` counts the queues each node hosts; it is asked only when a
+    secondary is to be added (it is a query, and most ``hello``s of a
+    connect storm add none). Also removes secondaries beyond the
+    redundancy (it can be lowered by a later ``hello``), copies still being
+    filled first.
     """
     live = members.up()
     want = max(at_least, wanted_secondaries(client, len(live)))
     added: list[str] = []
-    free = sorted(
-        (n for n in live if n not in client.hosts), key=lambda n: (load[n], n)
-    )
-    for name in free[: max(0, want - len(client.secondaries))]:
-        client.secondaries = [*client.secondaries, name]
-        client.syncing = [*client.syncing, name]
-        load[name] += 1
-        added.append(name)
+    missing = want - len(client.secondaries)
+    if missing > 0:
+        counts = load()
+        free = sorted(
+            (n for n in live if n not in client.hosts), key=lambda n: (counts[n], n)
+        )
+        for name in free[:missing]:
+            client.secondaries = [*client.secondaries, name]
+            client.syncing = [*client.syncing, name]
+            counts[name] += 1
+            added.append(name)
     while len(client.secondaries) > want:
         extra = next(
             (s for s in reversed(client.secondaries) if s in client.syncing),
@@ -221,7 +230,7 @@ def fix_placement(
             # A draining primary needs one copy to hand over to, even at
             # redundancy 0 (whichever node runs this step).
             at_least = 1 if draining else 0
-            added = top_up(client, members, load, at_least=at_least)
+            added = top_up(client, members, lambda: load, at_least=at_least)
         if save_placement(client, before):
             log.info(
                 "%s: hosts %s %s -> %s %s",

@@ -246,7 +246,7 @@ def client_hello(
         client.connected_at = now
         client.expires_at = None
         if client.is_durable:
-            added = top_up(client, members, hosted_load())
+            added = top_up(client, members, hosted_load)
         client.save()
         history.record(client, "connected", detail="queue lost" if lost else "")
     pending = queue_selectors.queue_size(client_id=client.id)

@@ -246,16 +246,25 @@ def test_top_up_picks_the_least_loaded_up_nodes_and_lists_them_syncing():
     client = durable("n1", redundancy=2)
     m = members(up=["n1", "n2", "n3", "n4"], down=["n0"])
     load = Counter({"n2": 5, "n3": 1, "n4": 1, "n0": 0})
-    assert replication.top_up(client, m, load) == ["n3", "n4"]
+    assert replication.top_up(client, m, lambda: load) == ["n3", "n4"]
     assert client.secondaries == ["n3", "n4"]
     assert client.syncing == ["n3", "n4"]
     assert load == Counter({"n2": 5, "n3": 2, "n4": 2, "n0": 0})
 
 
+def test_top_up_asks_for_the_load_only_when_it_adds_a_secondary():
+    def no_load():
+        raise AssertionError("the load was asked for")
+
+    satisfied = durable("n1", ["n2"], redundancy=1)
+    assert replication.top_up(satisfied, members(up=["n1", "n2", "n3"]), no_load) == []
+    assert replication.top_up(durable("n1"), members(up=["n1", "n2"]), no_load) == []
+
+
 def test_top_up_keeps_existing_secondaries_and_adds_only_the_shortfall():
     client = durable("n1", ["n2"], redundancy=2)
     m = members(up=["n1", "n2", "n3", "n4"])
-    assert replication.top_up(client, m, Counter({"n3": 2})) == ["n4"]
+    assert replication.top_up(client, m, lambda: Counter({"n3": 2})) == ["n4"]
     assert client.secondaries == ["n2", "n4"]
     assert client.syncing == ["n4"]
 
@@ -263,21 +272,21 @@ def test_top_up_keeps_existing_secondaries_and_adds_only_the_shortfall():
 def test_top_up_redundancy_minus_one_means_every_other_up_node():
     client = durable("n1", redundancy=-1)
     m = members(up=["n1", "n2", "n3"], draining=["n4"], down=["n5"])
-    assert replication.top_up(client, m, Counter()) == ["n2", "n3"]
+    assert replication.top_up(client, m, Counter) == ["n2", "n3"]
     assert client.secondaries == ["n2", "n3"]
 
 
 def test_top_up_adds_no_more_than_the_free_up_nodes():
     client = durable("n1", redundancy=3)
     m = members(up=["n1", "n2"])
-    assert replication.top_up(client, m, Counter()) == ["n2"]
+    assert replication.top_up(client, m, Counter) == ["n2"]
     assert client.secondaries == ["n2"]
 
 
 def test_top_up_trims_extra_secondaries_copies_being_filled_first():
     client = durable("n1", ["n2", "n3", "n4"], syncing=["n3"], redundancy=1)
     m = members(up=["n1", "n2", "n3", "n4"])
-    assert replication.top_up(client, m, Counter()) == []
+    assert replication.top_up(client, m, Counter) == []
     # n3 (still filling) goes first, then the last complete one.
     assert client.secondaries == ["n2"]
     assert client.syncing == []
@@ -286,14 +295,16 @@ def test_top_up_trims_extra_secondaries_copies_being_filled_first():
 def test_top_up_at_least_overrides_a_lower_redundancy():
     client = durable("n1", redundancy=0)
     m = members(up=["n1", "n2", "n3"])
-    assert replication.top_up(client, m, Counter({"n2": 1}), at_least=1) == ["n3"]
+    assert replication.top_up(client, m, lambda: Counter({"n2": 1}), at_least=1) == [
+        "n3"
+    ]
     assert (client.secondaries, client.syncing) == (["n3"], ["n3"])
 
 
 def test_top_up_gives_a_non_durable_client_no_secondary():
     client = durable("n1", redundancy=2)
     client.durable_id = None
-    assert replication.top_up(client, members(up=["n1", "n2"]), Counter()) == []
+    assert replication.top_up(client, members(up=["n1", "n2"]), Counter) == []
     assert client.secondaries == []
 
 
