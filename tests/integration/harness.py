@@ -165,8 +165,11 @@ class Cluster:
         args = ["issue_token", username] + (["--operator"] if operator else [])
         return self.manage(*args).strip().splitlines()[-1]
 
-    def start_node(self, name: str, port: int | None = None) -> str:
-        """Start ``runnode`` in its own process group; return its base URL."""
+    def start_node(
+        self, name: str, port: int | None = None, *, wait: bool = True
+    ) -> str:
+        """Start ``runnode`` in its own process group; return its base URL
+        (once it is ready, unless ``wait`` is false: then ``wait_ready``)."""
         port = port or self.nodes.get(name, {}).get("port") or free_port()
         if name in self.nodes:
             self.nodes[name]["log"].close()
@@ -197,8 +200,13 @@ class Cluster:
             "log": log,
             "log_start": log_start,
         }
-        wait_for(lambda: self._healthy(name), timeout=90, interval=0.1)
+        if wait:
+            self.wait_ready(name)
         return url
+
+    def wait_ready(self, name: str) -> None:
+        """Wait until a started node answers its health check."""
+        wait_for(lambda: self._healthy(name), timeout=90, interval=0.1)
 
     def _healthy(self, name: str) -> bool:
         node = self.nodes[name]
