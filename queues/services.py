@@ -580,7 +580,10 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
     """Place this node's fan-out cursor at start; return queues dropped.
 
     A new store gets its cursor at ``head``: it hosts no queue yet, so
-    events before ``head`` concern no one here. A store whose cursor fell
+    events before ``head`` concern no one here. So does a store that hosts
+    no queue (a node that handed its queues over when it stopped): it was
+    reading every event it missed, up to the log's retention, before its
+    first useful fan-out. A store whose cursor fell
     behind the oldest event still in the log (``oldest``) missed events
     that were pruned meanwhile, which the cluster allows only for a node
     that was down and hosted nothing: its queues are stale copies, so they
@@ -591,7 +594,14 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
         cursor, created = FanoutCursor.objects.select_for_update().get_or_create(
             node=node, defaults={"fanout_through": head}
         )
-        if created or oldest is None or cursor.fanout_through >= oldest - 1:
+        if created:
+            return 0
+        if not QueueState.objects.exists():
+            if cursor.fanout_through < head:
+                cursor.fanout_through = head
+                cursor.save(update_fields=["fanout_through", "updated_at"])
+            return 0
+        if oldest is None or cursor.fanout_through >= oldest - 1:
             return 0
         dropped = QueueState.objects.count()
         QueueEntry.objects.all().delete()

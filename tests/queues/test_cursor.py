@@ -42,8 +42,17 @@ def test_a_store_left_behind_by_pruning_drops_its_stale_copies_and_jumps():
 
 def test_an_empty_log_never_counts_as_a_gap():
     FanoutCursor.objects.create(node=NODE, fanout_through=3)
+    services.queue_ensure(client_id=uuid.uuid4(), durable_id="d1", conflate="server")
     assert services.cursor_init(node=NODE, head=80, oldest=None) == 0
     assert selectors.fanout_cursor(node=NODE) == 3
+
+
+def test_a_store_that_hosts_no_queue_starts_at_the_log_head():
+    # Like a new store: the events it missed concern no one here, and
+    # reading them all would only delay its first useful fan-out.
+    FanoutCursor.objects.create(node=NODE, fanout_through=3)
+    assert services.cursor_init(node=NODE, head=80, oldest=1) == 0
+    assert selectors.fanout_cursor(node=NODE) == 80
 
 
 def test_the_flushed_cursor_is_the_cursor_and_zero_before_there_is_one():
