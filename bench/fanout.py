@@ -245,11 +245,20 @@ def run_mqtt(
         publisher = mqtt.client_for(port, f"{tag}-pub", clean=True)
         mqtt.connect(publisher, port)
         start = time.monotonic()
+        infos = []
         for i in range(puts):
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            publisher.publish(topic, json.dumps({"t": time.time()}), qos=1)
+            infos.append(
+                publisher.publish(topic, json.dumps({"t": time.time()}), qos=1)
+            )
+        # Publishes beyond paho's in-flight window wait in its queue; a
+        # DISCONNECT sent before they leave drops them (a frame "lost" that
+        # Mosquitto never got).
+        deadline = time.monotonic() + GRACE_S
+        for info in infos:
+            info.wait_for_publish(max(0.1, deadline - time.monotonic()))
         publisher.disconnect()
         publisher.loop_stop()
 
