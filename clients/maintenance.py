@@ -129,21 +129,18 @@ def _reports_of(node: str) -> dict[uuid.UUID, tuple[int, int]]:
 def _update_reports(
     node: str, now: Any, changed: list[tuple[int, int, uuid.UUID]]
 ) -> None:
-    """Write the changed ``(size, acked_through, client_id)`` of ``node``:
-    one statement, executed for each row, in one transaction."""
+    """Write the changed ``(size, acked_through, client_id)`` of ``node``,
+    in one transaction (one statement on PostgreSQL: ``sql.update_rows``)."""
     client_field = _REPORT.get_field("client")
     at = _REPORT.get_field("reported_at").get_db_prep_save(now, connection)
     rows = [
         (size, acked, at, client_field.get_db_prep_save(pk, connection), node)
         for size, acked, pk in changed
     ]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {sql.table(QueueSizeReport, connection)}"  # noqa: S608
-            " SET size = %s, acked_through = %s, reported_at = %s"
-            " WHERE client_id = %s AND node = %s",
-            rows,
-        )
+    fields = [_REPORT.get_field(f) for f in ("size", "acked_through", "reported_at")]
+    keys = [client_field, _REPORT.get_field("node")]
+    with transaction.atomic():
+        sql.update_rows(connection, QueueSizeReport, fields, keys, rows)
 
 
 def drop_orphans() -> int:

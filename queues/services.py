@@ -150,22 +150,18 @@ def _as_uuid(value: Any) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
+_STATE_PK = QueueState._meta.get_field("client_id")
+_HEAD_FIELDS = [QueueState._meta.get_field(f) for f in ("last_seq", "size")]
+_MARK_FIELDS = [
+    QueueState._meta.get_field(f)
+    for f in ("acked_through", "delivered_through", "size")
+]
+
+
 def _save_heads(states: list[Any]) -> None:
-    if not states:
-        return
     connection = connections[NODE_STORE]
-    pk = QueueState._meta.pk
-    assert pk is not None  # noqa: S101
-    update = (
-        f"UPDATE {_table(QueueState)} SET last_seq = %s, size = %s"  # noqa: S608
-        f" WHERE {connection.ops.quote_name(pk.column)} = %s"
-    )
-    params = [
-        (s.last_seq, s.size, pk.get_db_prep_value(s.client_id, connection))
-        for s in states
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(update, params)
+    rows = [(s.last_seq, s.size, _state_pk(s.client_id, connection)) for s in states]
+    sql.update_rows(connection, QueueState, _HEAD_FIELDS, [_STATE_PK], rows)
 
 
 def _append(
@@ -259,8 +255,9 @@ def queue_ack_and_mark_many(
        with the fan-out under the live fan-out benchmark.
     2. Delete each ack's entries (one statement per ack: its count keeps
        the head's size exact).
-    3. Write every changed head with one executemany (one round trip on
-       PostgreSQL, where each mark was a statement of its own).
+    3. Write every changed head at once (``sql.update_rows``: one
+       statement on PostgreSQL, where each mark was a statement of its
+       own).
     In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
     query on the benchmark machine (docs/performance.md).
     """
@@ -272,7 +269,7 @@ def queue_ack_and_mark_many(
         commit_unflushed(connection)
         heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
         changed: set[uuid.UUID] = set()
-        _, delete, update = _ack_sql(connection.vendor)
+        delete = _ack_sql(connection.vendor)[1]
         for i, (client_id, up_to) in enumerate(acks):
             head = heads.get(client_id)
             if head is None or up_to <= head[0]:
@@ -286,16 +283,19 @@ def queue_ack_and_mark_many(
             if head is not None and through > head[1]:
                 head[1] = through
                 changed.add(client_id)
-        cursor.executemany(
-            update,
+        sql.update_rows(
+            connection,
+            QueueState,
+            _MARK_FIELDS,
+            [_STATE_PK],
             [[*heads[pk], _state_pk(pk, connection)] for pk in sorted(changed)],
         )
     return dropped
 
 
 @functools.cache
-def _ack_sql(vendor: str) -> tuple[str, str, str]:
-    """Lock heads (add the id list), delete acked entries, write a head."""
+def _ack_sql(vendor: str) -> tuple[str, str]:
+    """Lock heads (add the id list), delete acked entries."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = _table(QueueState), _table(QueueEntry)
@@ -304,8 +304,6 @@ def _ack_sql(vendor: str) -> tuple[str, str, str]:
         f" FROM {state_table} WHERE client_id IN ",
         f"DELETE FROM {entry_table} WHERE queue_id = %s"  # noqa: S608
         f" AND {quote('seq')} <= %s",
-        f"UPDATE {state_table} SET acked_through = %s,"  # noqa: S608
-        " delivered_through = %s, size = %s WHERE client_id = %s",
     )
 
 

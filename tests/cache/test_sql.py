@@ -116,3 +116,39 @@ def test_inserted_rows_read_back_as_written():
 def test_inserting_no_rows_is_nothing():
     sql.insert_rows(connections["default"], Event, FIELDS, [])
     assert not Event.objects.exists()
+
+
+@pytest.mark.django_db
+def test_updated_rows_are_matched_on_every_key_and_others_are_left_alone():
+    # On PostgreSQL one UPDATE over arrays (unnest), elsewhere one per row.
+    connection = connections["default"]
+    then = dt.datetime(2026, 12, 2, 1, 2, 3, tzinfo=dt.UTC)
+    later = then + dt.timedelta(seconds=5, microseconds=7)
+    for seq, (region, key) in enumerate(
+        [("r", "a"), ("r", "b"), ("s", "a"), ("r", "c\t'x")], start=1
+    ):
+        Event.objects.create(
+            seq=seq, event_id=f"e{seq}", region=region, key=key, op="update", ts=then
+        )
+    fields = [Event._meta.get_field(f) for f in ("op", "version", "ts")]
+    keys = [Event._meta.get_field(f) for f in ("region", "key")]
+    ts = Event._meta.get_field("ts").get_db_prep_save(later, connection)
+    rows = [
+        ["destroy", 7, ts, "r", "a"],
+        ["invalidate", None, ts, "r", "c\t'x"],
+        ["destroy", 9, ts, "t", "a"],  # no such row: nothing
+    ]
+    sql.update_rows(connection, Event, fields, keys, rows)
+    got = Event.objects.order_by("seq").values_list("op", "version", "ts")
+    assert list(got) == [
+        ("destroy", 7, later),
+        ("update", None, then),
+        ("update", None, then),
+        ("invalidate", None, later),
+    ]
+
+
+@pytest.mark.django_db
+def test_updating_no_rows_sends_no_statement(django_assert_num_queries):
+    with django_assert_num_queries(0):
+        sql.update_rows(connections["default"], Event, FIELDS[:1], FIELDS[1:2], [])
