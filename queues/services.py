@@ -269,19 +269,23 @@ def queue_ack_and_mark_many(
         commit_unflushed(connection)
         heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
         changed: set[uuid.UUID] = set()
-        delete = _ack_sql(connection.vendor)[1]
-        for i, (client_id, up_to) in enumerate(acks):
-            head = heads.get(client_id)
-            if head is None or up_to <= head[0]:
+        due = [
+            (i, client_id, up_to)
+            for i, (client_id, up_to) in enumerate(acks)
+            if client_id in heads
+        ]
+        counts = _delete_acked(cursor, connection, due, heads)
+        for i, client_id, up_to in due:
+            head = heads[client_id]
+            if up_to <= head[0]:
                 continue
-            cursor.execute(delete, [_state_pk(client_id, connection), up_to])
-            dropped[i] = max(0, cursor.rowcount)
+            dropped[i] = counts.get(i, 0)
             head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
             changed.add(client_id)
         for client_id, through in marks.items():
-            head = heads.get(client_id)
-            if head is not None and through > head[1]:
-                head[1] = through
+            mark = heads.get(client_id)
+            if mark is not None and through > mark[1]:
+                mark[1] = through
                 changed.add(client_id)
         sql.update_rows(
             connection,
@@ -293,17 +297,66 @@ def queue_ack_and_mark_many(
     return dropped
 
 
+def _delete_acked(
+    cursor: Any,
+    connection: Any,
+    due: list[tuple[int, uuid.UUID, int]],
+    heads: dict[uuid.UUID, list[int]],
+) -> dict[int, int]:
+    """Delete each ack's entries (``(index, client_id, up_to)``, its head
+    locked in ``heads`` and not yet moved); return the rows each dropped.
+
+    On PostgreSQL one statement for every ack of distinct clients (a
+    DELETE per ack was ~4000 statements per 20 s live fan-out, each a round
+    trip from Daphne's database thread while the heads stayed locked);
+    elsewhere, or when a client acks twice in the round, one per ack, in
+    order, each after what the ones before it moved.
+    """
+    counts: dict[int, int] = {}
+    live = [(i, pk, up_to) for i, pk, up_to in due if up_to > heads[pk][0]]
+    if connection.vendor == "postgresql" and len({pk for _, pk, _ in live}) == len(
+        live
+    ):
+        if live:
+            cursor.execute(
+                _ack_sql(connection.vendor)[2],
+                [
+                    [_state_pk(pk, connection) for _, pk, _ in live],
+                    [up_to for *_, up_to in live],
+                ],
+            )
+            gone = {_as_uuid(pk): count for pk, count in cursor.fetchall()}
+            counts = {i: gone.get(pk, 0) for i, pk, _ in live}
+        return counts
+    acked = {pk: heads[pk][0] for _, pk, _ in due}
+    for i, pk, up_to in due:
+        if up_to <= acked[pk]:
+            continue
+        cursor.execute(
+            _ack_sql(connection.vendor)[1], [_state_pk(pk, connection), up_to]
+        )
+        counts[i] = max(0, cursor.rowcount)
+        acked[pk] = up_to
+    return counts
+
+
 @functools.cache
-def _ack_sql(vendor: str) -> tuple[str, str]:
-    """Lock heads (add the id list), delete acked entries."""
+def _ack_sql(vendor: str) -> tuple[str, str, str]:
+    """Lock heads (add the id list), delete one ack's entries, delete many
+    acks' entries and count them per queue (PostgreSQL)."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = _table(QueueState), _table(QueueEntry)
+    seq, queue = quote("seq"), quote("queue_id")
     return (
         "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
         f" FROM {state_table} WHERE client_id IN ",
-        f"DELETE FROM {entry_table} WHERE queue_id = %s"  # noqa: S608
-        f" AND {quote('seq')} <= %s",
+        f"DELETE FROM {entry_table} WHERE {queue} = %s"  # noqa: S608
+        f" AND {seq} <= %s",
+        f"WITH gone AS (DELETE FROM {entry_table} e"  # noqa: S608
+        " USING unnest(%s::uuid[], %s::bigint[]) AS a(queue_id, up_to)"
+        f" WHERE e.{queue} = a.queue_id AND e.{seq} <= a.up_to"
+        f" RETURNING e.{queue}) SELECT {queue}, count(*) FROM gone GROUP BY {queue}",
     )
 
 

@@ -355,3 +355,22 @@ def test_queue_ack_many_acks_each_queue_and_counts_dropped_rows():
     # An ack at or below what was acked changes nothing.
     assert queue_services.queue_ack_many({first: 2, second: 1}) == 0
     assert queue_selectors.queue_size(client_id=second) == 2
+
+
+def test_a_round_counts_each_ack_even_when_a_client_acks_twice():
+    # One statement for the round's acks on PostgreSQL when every client
+    # acks once; one per ack, in order, when one acks twice.
+    first = source_queue([1, 2, 3, 4, 5])
+    second = source_queue([2, 5, 6])
+    twice = queue_services.queue_ack_and_mark_many(
+        acks=[(first, 2), (second, 5), (first, 4), (first, 3)], marks={second: 6}
+    )
+    assert twice == [2, 2, 2, 0]
+    once = queue_services.queue_ack_and_mark_many(
+        acks=[(first, 5), (second, 6), (uuid.uuid4(), 1)], marks={}
+    )
+    assert once == [1, 1, 0]
+    assert rows(first) == rows(second) == []
+    sizes = queue_selectors.queue_sizes()
+    assert (sizes[first], sizes[second]) == (0, 0)
+    assert queue_selectors.queue_acked_through()[second] == 6
