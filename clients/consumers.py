@@ -75,7 +75,9 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # the cluster (a late disconnect of an older socket changes nothing).
         self.socket_id = f"{settings.DURABLECACHE_NODE_NAME}!{uuid.uuid4().hex}"
         self.turn = asyncio.Lock()
-        self.puts = writes.PutPipeline(self._answer_put, self._puts_failed)
+        # Made at the first put: its deques and event are ~2 KiB, which an
+        # idle socket (most of them) would carry for nothing.
+        self.puts: writes.PutPipeline | None = None
         self.client: Any = None  # a HeldClient once hello succeeded
         self.woken_as: uuid.UUID | None = None  # the client it delivers for
         self.is_closing = False
@@ -145,15 +147,16 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             protocol.check_type(frame)
             if self.client is None and frame_type != "hello":
                 raise ValidationError("the first frame must be hello")
-            if frame_type != "put":  # answered after every earlier put
-                await self.puts.drained()
+            if frame_type != "put" and self.puts is not None:
+                await self.puts.drained()  # answered after every earlier put
             await getattr(self, f"on_{frame_type}")(frame, req_id)
             self.bad_frames = 0
         except DomainError as exc:
             # A hello with a bad field is a bad frame like any other; only a
             # first frame that is not a hello at all is fatal at once.
             fatal = self.client is None and frame_type != "hello"
-            await self.puts.drained()
+            if self.puts is not None:
+                await self.puts.drained()
             await self._bad_frame(req_id, exc.code, exc.message, fatal=fatal)
 
     async def _bad_frame(
@@ -278,6 +281,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         key = protocol.required_str(frame, "key")
         if "value" not in frame:
             raise ValidationError("value is required (null is a value)")
+        if self.puts is None:
+            self.puts = writes.PutPipeline(self._answer_put, self._puts_failed)
         await self.puts.put(req_id, region=region, key=key, value=frame["value"])
 
     async def _answer_put(self, req_id: str | None, region: str, result: Any) -> None:
@@ -435,7 +440,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.has_ended = True
-        self.puts.cancel()
+        if self.puts is not None:
+            self.puts.cancel()
         await self._stop_delivery()
         if self.client is not None:
             client_id, self.client = self.client.id, None
