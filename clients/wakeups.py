@@ -25,7 +25,8 @@ at a time; when the hub's receive fails it joins its group again and then
 wakes every socket (events written meanwhile rang nobody). Its membership
 is also refreshed every ``GROUP_REFRESH_S`` (channels_redis drops a member
 after ``group_expiry``, and a Redis that restarted empty forgets it without
-a receive failing).
+a receive failing), and every socket woken then (the doorbells rung while
+it was out of the group reached nobody).
 """
 
 import asyncio
@@ -155,9 +156,24 @@ class WakeHub:
             except Exception:
                 failures += 1
                 await asyncio.sleep(min(5.0, 0.2 * failures))
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        """Set every socket's wake event: each reads its queue once."""
         for events in list(self.sockets.values()):
             for event in events:
                 event.set()
+
+    async def refresh(self) -> None:
+        """Join the group again and wake every socket. A Redis that
+        restarted empty forgets the membership, and a receive need not fail
+        for it: when the connection that broke was only channels_redis's
+        backup cleaner's, the next receive opens a new one to the new Redis
+        and waits there, out of the group, and the doorbells rung meanwhile
+        reached nobody (seen once in CI: the events after a restart came
+        only with the sweep)."""
+        await self._join()
+        self.wake_all()
 
     def wake(self, clients: list[str]) -> int:
         """Set the wake event of every socket of these clients (hex ids)."""
@@ -262,7 +278,7 @@ class WakeHub:
         while True:
             await asyncio.sleep(GROUP_REFRESH_S)
             with contextlib.suppress(Exception):
-                await self._join()
+                await self.refresh()
 
     async def _sweep_loop(self) -> None:
         while True:

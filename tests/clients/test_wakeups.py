@@ -156,3 +156,26 @@ async def test_a_detached_socket_is_not_closed():
         assert await hub.sweep() == 0
     finally:
         hub.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_refresh_rejoins_a_forgotten_group_and_wakes_every_socket(settings):
+    # Redis restarted empty without the hub's receive failing: its group
+    # membership is gone and the doorbells rung meanwhile reached nobody.
+    hub = WakeHub()
+    a, b = uuid.uuid4(), uuid.uuid4()
+    a1, b1 = asyncio.Event(), asyncio.Event()
+    hub.add(a, a1)
+    hub.add(b, b1)
+    try:
+        await _joined(hub)
+        layer = get_channel_layer()
+        group = notify.wake_group(settings.DURABLECACHE_NODE_NAME)
+        await layer.group_discard(group, hub.channel)  # what the restart did
+        await hub.refresh()
+        await _all_set([a1, b1])  # each reads its queue once
+        a1.clear()
+        await layer.group_send(group, {"type": "queue.wakeup_many", "clients": [a.hex]})
+        await _all_set([a1])  # and the doorbells reach it again
+    finally:
+        hub.stop()
