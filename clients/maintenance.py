@@ -110,6 +110,8 @@ def report_queue_sizes(node: str) -> None:
 
 
 _REPORT = QueueSizeReport._meta
+_REPORT_SET = [_REPORT.get_field(f) for f in ("size", "acked_through", "reported_at")]
+_REPORT_KEYS = [_REPORT.get_field("client"), _REPORT.get_field("node")]
 
 
 def _reports_of(node: str) -> dict[uuid.UUID, tuple[int, int]]:
@@ -137,10 +139,8 @@ def _update_reports(
         (size, acked, at, client_field.get_db_prep_save(pk, connection), node)
         for size, acked, pk in changed
     ]
-    fields = [_REPORT.get_field(f) for f in ("size", "acked_through", "reported_at")]
-    keys = [client_field, _REPORT.get_field("node")]
     with transaction.atomic():
-        sql.update_rows(connection, QueueSizeReport, fields, keys, rows)
+        sql.update_rows(connection, QueueSizeReport, _REPORT_SET, _REPORT_KEYS, rows)
 
 
 def drop_orphans() -> int:

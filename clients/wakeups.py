@@ -170,8 +170,8 @@ class WakeHub:
         for it: when the connection that broke was only channels_redis's
         backup cleaner's, the next receive opens a new one to the new Redis
         and waits there, out of the group, and the doorbells rung meanwhile
-        reached nobody (seen once in CI: the events after a restart came
-        only with the sweep)."""
+        reached nobody (seen in CI: the events after a restart came only
+        with the sweep)."""
         await self._join()
         self.wake_all()
 

@@ -253,8 +253,9 @@ def queue_ack_and_mark_many(
        too (``_lock_heads``). Locking the acked rows first and the marked
        ones after took them out of order, and PostgreSQL found deadlocks
        with the fan-out under the live fan-out benchmark.
-    2. Delete each ack's entries (one statement per ack: its count keeps
-       the head's size exact).
+    2. Delete each ack's entries, counted per ack (the counts keep the
+       heads' sizes exact): one statement on PostgreSQL, one per ack
+       elsewhere.
     3. Write every changed head at once (``sql.update_rows``: one
        statement on PostgreSQL, where each mark was a statement of its
        own).
@@ -264,22 +265,14 @@ def queue_ack_and_mark_many(
     if not acks and not marks:
         return []
     connection = connections[NODE_STORE]
-    dropped = [0] * len(acks)
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
         heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
         changed: set[uuid.UUID] = set()
-        due = [
-            (i, client_id, up_to)
-            for i, (client_id, up_to) in enumerate(acks)
-            if client_id in heads
-        ]
-        counts = _delete_acked(cursor, connection, due, heads)
-        for i, client_id, up_to in due:
+        ranges = _ack_ranges(acks, heads)
+        dropped = _delete_acked(cursor, connection, ranges, len(acks))
+        for i, client_id, _, up_to in ranges:
             head = heads[client_id]
-            if up_to <= head[0]:
-                continue
-            dropped[i] = counts.get(i, 0)
             head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
             changed.add(client_id)
         for client_id, through in marks.items():
@@ -297,53 +290,63 @@ def queue_ack_and_mark_many(
     return dropped
 
 
+def _ack_ranges(
+    acks: list[tuple[uuid.UUID, int]], heads: dict[uuid.UUID, list[int]]
+) -> list[tuple[int, uuid.UUID, int, int]]:
+    """Each ack that drops something, as ``(index, client_id, after,
+    up_to)``: its entries are those with ``after < seq <= up_to``, after the
+    client's earlier acks in the round (a client's first from the queue's
+    start: ``after`` -1, as one DELETE per ack had it). An ack at or below
+    the head's acked-through or an earlier ack drops nothing, as does one
+    of a queue not hosted here."""
+    acked = {pk: head[0] for pk, head in heads.items()}
+    after: dict[uuid.UUID, int] = {}
+    ranges = []
+    for i, (client_id, up_to) in enumerate(acks):
+        if client_id in acked and up_to > acked[client_id]:
+            ranges.append((i, client_id, after.get(client_id, -1), up_to))
+            acked[client_id] = after[client_id] = up_to
+    return ranges
+
+
 def _delete_acked(
     cursor: Any,
     connection: Any,
-    due: list[tuple[int, uuid.UUID, int]],
-    heads: dict[uuid.UUID, list[int]],
-) -> dict[int, int]:
-    """Delete each ack's entries (``(index, client_id, up_to)``, its head
-    locked in ``heads`` and not yet moved); return the rows each dropped.
+    ranges: list[tuple[int, uuid.UUID, int, int]],
+    count: int,
+) -> list[int]:
+    """Delete the entries of each range (``_ack_ranges``); return the rows
+    dropped by each of the round's ``count`` acks.
 
-    On PostgreSQL one statement for every ack of distinct clients (a
-    DELETE per ack was ~4000 statements per 20 s live fan-out, each a round
-    trip from Daphne's database thread while the heads stayed locked);
-    elsewhere, or when a client acks twice in the round, one per ack, in
-    order, each after what the ones before it moved.
+    On PostgreSQL one statement for the round (a DELETE per ack was ~4000
+    statements per 20 s live fan-out, each a round trip from Daphne's
+    database thread while the heads stayed locked); elsewhere one per ack,
+    in order, each from the head (the earlier ranges are gone already).
     """
-    counts: dict[int, int] = {}
-    live = [(i, pk, up_to) for i, pk, up_to in due if up_to > heads[pk][0]]
-    if connection.vendor == "postgresql" and len({pk for _, pk, _ in live}) == len(
-        live
-    ):
-        if live:
-            cursor.execute(
-                _ack_sql(connection.vendor)[2],
-                [
-                    [_state_pk(pk, connection) for _, pk, _ in live],
-                    [up_to for *_, up_to in live],
-                ],
-            )
-            gone = {_as_uuid(pk): count for pk, count in cursor.fetchall()}
-            counts = {i: gone.get(pk, 0) for i, pk, _ in live}
-        return counts
-    acked = {pk: heads[pk][0] for _, pk, _ in due}
-    for i, pk, up_to in due:
-        if up_to <= acked[pk]:
-            continue
+    dropped = [0] * count
+    if not ranges:
+        return dropped
+    delete_one, delete_many = _ack_sql(connection.vendor)[1:]
+    if connection.vendor == "postgresql":
+        columns = zip(*ranges, strict=True)
+        indexes, client_ids, afters, up_tos = (list(c) for c in columns)
         cursor.execute(
-            _ack_sql(connection.vendor)[1], [_state_pk(pk, connection), up_to]
+            delete_many,
+            [indexes, [_state_pk(pk, connection) for pk in client_ids], afters, up_tos],
         )
-        counts[i] = max(0, cursor.rowcount)
-        acked[pk] = up_to
-    return counts
+        for i, rows in cursor.fetchall():
+            dropped[i] = rows
+        return dropped
+    for i, client_id, _, up_to in ranges:
+        cursor.execute(delete_one, [_state_pk(client_id, connection), up_to])
+        dropped[i] = max(0, cursor.rowcount)
+    return dropped
 
 
 @functools.cache
 def _ack_sql(vendor: str) -> tuple[str, str, str]:
-    """Lock heads (add the id list), delete one ack's entries, delete many
-    acks' entries and count them per queue (PostgreSQL)."""
+    """Lock heads (add the id list), delete one ack's entries, delete the
+    ranges of many acks and count them per ack (PostgreSQL)."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = _table(QueueState), _table(QueueEntry)
@@ -354,9 +357,11 @@ def _ack_sql(vendor: str) -> tuple[str, str, str]:
         f"DELETE FROM {entry_table} WHERE {queue} = %s"  # noqa: S608
         f" AND {seq} <= %s",
         f"WITH gone AS (DELETE FROM {entry_table} e"  # noqa: S608
-        " USING unnest(%s::uuid[], %s::bigint[]) AS a(queue_id, up_to)"
-        f" WHERE e.{queue} = a.queue_id AND e.{seq} <= a.up_to"
-        f" RETURNING e.{queue}) SELECT {queue}, count(*) FROM gone GROUP BY {queue}",
+        " USING unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[])"
+        " AS a(i, queue_id, after, up_to)"
+        f" WHERE e.{queue} = a.queue_id AND e.{seq} > a.after"
+        f" AND e.{seq} <= a.up_to RETURNING a.i) SELECT i, count(*) FROM gone"
+        " GROUP BY i",
     )
 
 
