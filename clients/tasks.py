@@ -216,11 +216,22 @@ def tick_task(node: str, judge: bool = True) -> None:
     maintenance.tick(node, judge=judge)
 
 
+# A process rings at most once per this many seconds: the nodes marked
+# meanwhile wait for the next ring. With a ring per write, a writer of one
+# put frame at a time (~500/s) cost its Daphne ~270 us of CPU per put in
+# the doorbell thread and every node's worker a fan-out pass per put
+# (~0.9 ms of CPU each), on two cores (docs/performance.md). A write after
+# a quiet spell still rings at once; under load the fan-out waits at most
+# this long more.
+RING_SPACING_S = 0.005
+
+
 class Doorbell:
     """Coalesce fan-out doorbells: writers only mark the nodes and return,
     so a REST write never waits for Redis; one daemon thread per process
-    rings them, all nodes marked meanwhile in one round trip. A doorbell
-    lost with the process is healed by the next tick.
+    rings them, all nodes marked meanwhile in one round trip, at most once
+    per ``RING_SPACING_S``. A doorbell lost with the process is healed by
+    the next tick.
     """
 
     def __init__(self) -> None:
@@ -228,6 +239,7 @@ class Doorbell:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        self.pause = time.sleep  # the wait between two rings
 
     def ring(self, node: str) -> None:
         with self.lock:
@@ -240,12 +252,15 @@ class Doorbell:
         self.wake.set()
 
     def _run(self) -> None:
+        rang = float("-inf")
         while True:
             self.wake.wait()
-            self.wake.clear()
+            self.pause(max(0.0, rang + RING_SPACING_S - time.monotonic()))
+            self.wake.clear()  # a node marked from now on wakes the next turn
             with self.lock:
                 nodes, self.pending = self.pending, set()
             if nodes:
+                rang = time.monotonic()
                 _ring(sorted(nodes))
 
 

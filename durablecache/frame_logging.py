@@ -2,10 +2,12 @@
 
 Daphne's websocket layer (autobahn) calls ``self.log.debug(..., func=
 hltype(self.sendData), peer=hlval(self.peer), ...)`` for each frame it
-writes: the arguments are built (``hltype`` inspects the method and styles
-it with click) before the logger drops the line. On the replay and fan-out
-benchmarks that was ~3-8 % of Daphne's CPU (docs/performance.md). Unless
-debug logging is on, the two helpers in autobahn's websocket module are
+writes, and ``hltype(self.dataReceived)`` for each read from a socket: the
+arguments are built (``hltype`` inspects the method and styles it with
+click) before the logger drops the line. On the replay and fan-out
+benchmarks that was ~3-8 % of Daphne's CPU, and the reads' ~3 % of its
+main thread under a writer's put frames (docs/performance.md). Unless
+debug logging is on, the two helpers in autobahn's websocket modules are
 swapped for plain ones; only the text of debug lines that are never
 emitted changes.
 """
@@ -25,6 +27,7 @@ def quiet_frame_logging() -> bool:
     """Swap the helpers unless autobahn logs at debug level; return whether
     they were swapped."""
     import txaio
+    from autobahn.twisted import websocket
     from autobahn.websocket import protocol
 
     try:
@@ -33,6 +36,7 @@ def quiet_frame_logging() -> bool:
         level = "info"
     if level in ("debug", "trace"):
         return False
-    protocol.hltype = _plain_type
-    protocol.hlval = _plain_value
+    for module in (protocol, websocket):
+        module.hltype = _plain_type  # type: ignore[attr-defined]
+        module.hlval = _plain_value  # type: ignore[attr-defined]
     return True

@@ -338,19 +338,26 @@ def entries_put_many(
             results[i] = exc
     conn = connections[DEFAULT_DB_ALIAS]
     with transaction.atomic():
-        _lock_log(0)  # the lock first, as every writer; seqs once counted
+        # The lock first, as every writer, and the seqs of every valid put
+        # in the same statement; a put whose region is missing gives its
+        # seq back below (no other writer can have reserved any since).
+        before = _lock_log(len(texts))
         regions: dict[str, Region | None] = {}
         for name in sorted({puts[i][0] for i in texts}):
             try:
                 regions[name] = _region(name)
             except NoSuchRegionError:
                 regions[name] = None
+        refused = 0
         for i in list(texts):
             if regions[puts[i][0]] is None:
                 results[i] = NoSuchRegionError(f"region {puts[i][0]!r} does not exist")
                 del texts[i]
+                refused += 1
+        if refused:
+            _lock_log(-refused)
         if texts:
-            _put_rows(conn, puts, texts, regions, results)
+            _put_rows(conn, puts, texts, regions, results, before)
     assert None not in results  # noqa: S101 (every put has its answer)
     return cast(list[WrittenEvent | DomainError], results)
 
@@ -361,10 +368,11 @@ def _put_rows(
     texts: dict[int, str | None],
     regions: Mapping[str, Region | None],
     results: list[WrittenEvent | DomainError | None],
+    before: int,
 ) -> None:
-    """``entries_put_many``'s writes: the events in order, then each entry
-    row once, as the last put of its key left it."""
-    before = _lock_log(len(texts))
+    """``entries_put_many``'s writes: the events in order (their seqs
+    reserved after ``before``), then each entry row once, as the last put
+    of its key left it."""
     keys: dict[str, list[str]] = {}
     for i in texts:
         keys.setdefault(puts[i][0], []).append(puts[i][1])

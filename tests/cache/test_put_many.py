@@ -4,7 +4,7 @@ import pytest
 
 from durablecache.cache import services
 from durablecache.cache.exceptions import NoSuchRegionError, ValidationError
-from durablecache.cache.models import Entry, Event
+from durablecache.cache.models import Entry, Event, EventLog
 
 pytestmark = pytest.mark.django_db
 
@@ -60,12 +60,20 @@ def test_a_refused_put_gets_its_error_and_the_others_are_written(region):
         ("ok2", 1),
     ]
     assert sorted(Event.objects.values_list("key", flat=True)) == ["ok", "ok2"]
+    # The refused puts' seqs were given back: no gap, the log ends there.
+    assert results[4].seq == results[0].seq + 1
+    assert EventLog.objects.get().last_seq == results[4].seq
+    assert services.entries_put_many(puts=[("prices", "next", 3)])[0].seq == (
+        results[4].seq + 1
+    )
 
 
 def test_only_refused_puts_write_nothing(region):
+    before = EventLog.objects.get().last_seq
     results = services.entries_put_many(puts=[("nowhere", "k", 1)])
     assert isinstance(results[0], NoSuchRegionError)
     assert not Event.objects.exists()
+    assert EventLog.objects.get().last_seq == before
 
 
 def test_a_round_over_the_limit_is_refused(region):

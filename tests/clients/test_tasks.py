@@ -2,6 +2,7 @@
 per node, which the node's worker pops (FanoutListener)."""
 
 import threading
+import time
 
 import pytest
 import redis
@@ -40,6 +41,45 @@ def test_the_doorbell_thread_rings_every_node_marked(server):
     bell.ring("node-2")
     for node in ("node-1", "node-2"):
         assert server.blpop([tasks.ring_key(node)], timeout=5) is not None
+
+
+def _until(predicate, timeout=10.0):
+    """Wait (bounded) until ``predicate()`` holds; whether it did."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_rings_are_spaced_and_what_is_marked_meanwhile_rings_together(
+    server, monkeypatch
+):
+    rung: list[list[str]] = []
+    monkeypatch.setattr(tasks, "_ring", rung.append)
+    monkeypatch.setattr(tasks, "RING_SPACING_S", 60.0)  # the pause is ours
+    bell = tasks.Doorbell()
+    waits: list[float] = []
+    let_go = threading.Event()
+
+    def pause(seconds):
+        waits.append(seconds)
+        if seconds > 0:
+            assert let_go.wait(timeout=10)
+
+    bell.pause = pause
+    bell.ring("node-1")  # after a quiet spell: rung at once
+    assert _until(lambda: rung == [["node-1"]])
+    bell.ring("node-2")  # within the spacing: waits, with what follows
+    assert _until(lambda: len(waits) == 2)
+    bell.ring("node-3")
+    bell.ring("node-2")
+    let_go.set()
+    assert _until(lambda: len(rung) == 2)
+    assert waits[0] == 0.0
+    assert 0 < waits[1] <= tasks.RING_SPACING_S
+    assert rung == [["node-1"], ["node-2", "node-3"]]
 
 
 def test_the_listener_fans_out_once_per_pop_and_a_later_ring_again(server, monkeypatch):
