@@ -16,7 +16,8 @@ every call, which arms Django's health check for the next statement (a
 ``SELECT 1`` on PostgreSQL, per round). Here a connection is checked as
 before when its thread was idle for ``IDLE_CHECK_S``, and after every call
 one that failed, was left in a transaction or outlived ``CONN_MAX_AGE`` is
-closed, as ``close_old_connections`` would.
+closed, as ``close_old_connections`` would (``Connections``; the worker's
+fan-out listener does the same: clients.tasks).
 """
 
 import asyncio
@@ -35,6 +36,26 @@ T = TypeVar("T")
 IDLE_CHECK_S = 1.0
 
 
+class Connections:
+    """The connection checks of one thread that makes database calls one
+    after another: before a call, Django's health check only when the
+    thread was idle for ``IDLE_CHECK_S``; after it, the connections that
+    failed, were left in a transaction or outlived ``CONN_MAX_AGE``
+    closed."""
+
+    def __init__(self) -> None:
+        self._last_call = float("-inf")
+
+    def call(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        if time.monotonic() - self._last_call > IDLE_CHECK_S:
+            close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._last_call = time.monotonic()
+            _close_spoiled()
+
+
 class DatabaseThread:
     """One thread, started on first use, that runs sync database calls."""
 
@@ -42,7 +63,7 @@ class DatabaseThread:
         self.name = name
         self._executor: ThreadPoolExecutor | None = None
         self._guard = threading.Lock()
-        self._last_call = float("-inf")  # read and written in the thread
+        self._connections = Connections()  # used in the thread only
 
     async def call(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``func(*args, **kwargs)`` in the thread; its result."""
@@ -57,13 +78,7 @@ class DatabaseThread:
             return self._executor
 
     def _run(self, func: Callable[..., T], args: Any, kwargs: Any) -> T:
-        if time.monotonic() - self._last_call > IDLE_CHECK_S:
-            close_old_connections()
-        try:
-            return func(*args, **kwargs)
-        finally:
-            self._last_call = time.monotonic()
-            _close_spoiled()
+        return self._connections.call(func, *args, **kwargs)
 
 
 def _close_spoiled() -> None:
