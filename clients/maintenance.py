@@ -4,22 +4,30 @@ Each step is idempotent, so running it on every node at once is safe.
 """
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from clients import fanout, history, replication, services, stats
-from clients.models import DurableClient, QueueSizeReport
+from clients.models import DurableClient, Interest, QueueSizeReport
 from durablecache.cache import sql
-from durablecache.cache.models import Event, Node
+from durablecache.cache.models import Entry, Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 
 log = logging.getLogger(__name__)
 EVENT_RETENTION = timedelta(minutes=10)
+
+# How often a tick looks at the dead rows of the tables that churn (step 13).
+VACUUM_CHECK_S = 10.0
+# The cluster database's tables whose rows churn: events pruned, entries
+# and size reports rewritten, clients and interests coming and going.
+CLUSTER_CHURN = (Event, Entry, QueueSizeReport, DurableClient, Interest)
+_vacuum = {"checked": float("-inf")}
 
 
 def tick(node: str, judge: bool = True) -> None:
@@ -28,7 +36,9 @@ def tick(node: str, judge: bool = True) -> None:
     redundancy, 5. heal copies being filled here, 6. expire clients,
     7. report queue sizes and acks, 8. apply the acks primaries reported,
     9. drop orphaned queues, 10. prune the event log, 11. sample counters
-    for the dashboard (every few seconds), 12. prune old client history.
+    for the dashboard (every few seconds), 12. prune old client history,
+    13. vacuum the tables whose rows churn, when their dead rows pile up
+    (PostgreSQL; looked at every ``VACUUM_CHECK_S``).
 
     ``judge`` is False while this node has not heartbeaten without a break
     for a node timeout (it just started, or the cluster database just came
@@ -48,6 +58,7 @@ def tick(node: str, judge: bool = True) -> None:
     prune_event_log()
     stats.sample(node)
     history.history_prune()
+    vacuum_churned()
 
 
 def report_fanout_cursor(node: str) -> None:
@@ -168,6 +179,31 @@ def drop_orphans() -> int:
     return queue_services.queue_drop_orphans(
         orphans={pk: at for pk, at in hosted.items() if pk not in keep}
     )
+
+
+def vacuum_churned() -> list[str]:
+    """Vacuum this node's store and the cluster database's tables whose
+    dead rows piled up (``sql.vacuum_bloated``: PostgreSQL only, where
+    nothing else vacuums them when the server's ``autovacuum`` is off or
+    lags behind the queue's churn); at most every ``VACUUM_CHECK_S`` per
+    worker. Every node looks at the cluster database's tables: a table
+    another node is vacuuming is skipped. The tables vacuumed."""
+    now = time.monotonic()
+    if now - _vacuum["checked"] < VACUUM_CHECK_S:
+        return []
+    _vacuum["checked"] = now
+    done: list[str] = []
+    for vacuum in (
+        queue_services.node_store_vacuum,
+        lambda: sql.vacuum_bloated(connection, CLUSTER_CHURN),
+    ):
+        try:
+            done += vacuum()
+        except DatabaseError as exc:  # not the tables' owner, say: logged
+            log.warning("could not vacuum: %s", exc)
+    if done:
+        log.info("vacuumed %s", ", ".join(done))
+    return done
 
 
 def prune_event_log() -> int:

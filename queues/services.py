@@ -665,3 +665,11 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
         cursor.fanout_through = head
         cursor.save(update_fields=["fanout_through", "updated_at"])
     return dropped
+
+
+def node_store_vacuum() -> list[str]:
+    """Vacuum the node store's queue tables once their dead rows pile up:
+    every queued event is a row inserted, then deleted once acked, and
+    every append or ack rewrites its queue's head (``sql.vacuum_bloated``;
+    PostgreSQL only). The tables vacuumed."""
+    return sql.vacuum_bloated(connections[NODE_STORE], [QueueEntry, QueueState])

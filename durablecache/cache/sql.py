@@ -7,7 +7,7 @@ and the node store's statements need; ``queues`` imports them too (its
 arrow points here).
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -146,3 +146,53 @@ def prepared_rows(
 
 
 _UNSET = object()
+
+
+# A table is vacuumed once its dead rows are at least this many and this
+# share of its live ones (PostgreSQL's autovacuum waits for 50 and 0.2).
+VACUUM_MIN_DEAD = 10_000
+VACUUM_DEAD_SHARE = 0.2
+
+
+def due_for_vacuum(
+    stats: Iterable[tuple[str, int, int]],
+    *,
+    min_dead: int = VACUUM_MIN_DEAD,
+    share: float = VACUUM_DEAD_SHARE,
+) -> list[str]:
+    """The tables among ``(name, live rows, dead rows)`` whose dead rows
+    passed both bounds, by name."""
+    return sorted(
+        name for name, live, dead in stats if dead >= max(min_dead, share * live)
+    )
+
+
+def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
+    """``VACUUM`` the tables of ``models`` whose dead rows passed the bounds
+    (``due_for_vacuum``, from the server's statistics); the tables vacuumed.
+
+    PostgreSQL keeps a deleted or updated row as a dead one until a vacuum;
+    tables whose rows churn (queued events, inserted then deleted once
+    acked) grow and slow every statement that walks them while nothing
+    vacuums: with the server's ``autovacuum`` off, a node store held
+    ~450,000 dead queue rows per ``make bench`` round and the live fan-out
+    slowed round after round (docs/performance.md). ``SKIP_LOCKED``: a
+    table another vacuum holds is left to it. Only PostgreSQL (SQLite
+    reuses a deleted row's space), and only outside a transaction, which
+    a vacuum cannot run in.
+    """
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return []
+    names = [model._meta.db_table for model in models]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables"
+            " WHERE schemaname = current_schema() AND relname = ANY(%s)",
+            [names],
+        )
+        due = due_for_vacuum(
+            cursor.fetchall(), min_dead=VACUUM_MIN_DEAD, share=VACUUM_DEAD_SHARE
+        )
+        for name in due:
+            cursor.execute(f"VACUUM (SKIP_LOCKED) {connection.ops.quote_name(name)}")
+    return due

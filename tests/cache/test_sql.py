@@ -4,10 +4,10 @@ import datetime as dt
 import json
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from durablecache.cache import sql
-from durablecache.cache.models import Event
+from durablecache.cache.models import Entry, Event
 
 FIELDS = list(Event._meta.concrete_fields)
 
@@ -152,3 +152,29 @@ def test_updated_rows_are_matched_on_every_key_and_others_are_left_alone():
 def test_updating_no_rows_sends_no_statement(django_assert_num_queries):
     with django_assert_num_queries(0):
         sql.update_rows(connections["default"], Event, FIELDS[:1], FIELDS[1:2], [])
+
+
+def test_a_table_is_due_for_vacuum_past_both_bounds():
+    stats = [
+        ("few_dead", 100, 9_999),
+        ("churned", 100, 10_000),
+        ("big", 1_000_000, 199_999),
+        ("bigger", 1_000_000, 200_000),
+    ]
+    assert sql.due_for_vacuum(stats) == ["bigger", "churned"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_vacuum_runs_on_postgresql_and_outside_a_transaction_only(monkeypatch):
+    # transaction=True: outside the atomic block below there is no
+    # transaction, as in a worker's tick.
+    monkeypatch.setattr(sql, "VACUUM_MIN_DEAD", 0)
+    monkeypatch.setattr(sql, "VACUUM_DEAD_SHARE", 0.0)  # every table is due
+    connection = connections["default"]
+    with transaction.atomic():
+        assert sql.vacuum_bloated(connection, [Event, Entry]) == []
+    done = sql.vacuum_bloated(connection, [Event, Entry])
+    if connection.vendor != "postgresql":
+        assert done == []  # SQLite reuses a deleted row's space
+        return
+    assert done == sorted([Event._meta.db_table, Entry._meta.db_table])

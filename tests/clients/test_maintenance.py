@@ -4,7 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from clients import fanout, maintenance, services
@@ -237,3 +237,34 @@ def test_a_client_deleted_while_its_first_report_is_written_fails_nothing(
     assert not deleter[0].is_alive()
     assert not DurableClient.objects.filter(pk=client.pk).exists()
     assert not QueueSizeReport.objects.filter(client_id=client.pk).exists()
+
+
+def test_the_tables_are_looked_at_for_vacuum_once_per_period(monkeypatch):
+    looked: list[str] = []
+
+    def node_store():
+        looked.append("node store")
+        return ["queues_queueentry"]
+
+    def cluster(connection, models):
+        looked.append("cluster")
+        raise DatabaseError("must be owner of table cache_event")
+
+    monkeypatch.setattr(maintenance.queue_services, "node_store_vacuum", node_store)
+    monkeypatch.setattr(maintenance.sql, "vacuum_bloated", cluster)
+    monkeypatch.setattr(maintenance, "_vacuum", {"checked": float("-inf")})
+    # A vacuum refused is logged; the others still run.
+    assert maintenance.vacuum_churned() == ["queues_queueentry"]
+    assert looked == ["node store", "cluster"]
+    assert maintenance.vacuum_churned() == []  # within VACUUM_CHECK_S
+    assert looked == ["node store", "cluster"]
+    maintenance._vacuum["checked"] -= maintenance.VACUUM_CHECK_S
+    maintenance.vacuum_churned()
+    assert looked == ["node store", "cluster"] * 2
+
+
+def test_a_tick_inside_a_transaction_vacuums_nothing(monkeypatch):
+    # The test's transaction stands for any caller's: a vacuum cannot run
+    # in one, so the tick leaves it (the worker's ticks have none).
+    monkeypatch.setattr(maintenance, "_vacuum", {"checked": float("-inf")})
+    assert maintenance.vacuum_churned() == []
