@@ -173,10 +173,11 @@ def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
 
     PostgreSQL keeps a deleted or updated row as a dead one until a vacuum;
     tables whose rows churn (queued events, inserted then deleted once
-    acked) grow and slow every statement that walks them while nothing
-    vacuums: with the server's ``autovacuum`` off, a node store held
-    ~450,000 dead queue rows per ``make bench`` round and the live fan-out
-    slowed round after round (docs/performance.md). ``SKIP_LOCKED``: a
+    acked) grow without bound while nothing vacuums, and a statement that
+    walks them walks the dead rows too: with the server's ``autovacuum``
+    off, a node store's queue table held ~450,000 more dead rows after
+    every ``make bench`` round, 250 MB after two (docs/performance.md;
+    17-35 MB with this step). ``SKIP_LOCKED``: a
     table another vacuum holds is left to it. Only PostgreSQL (SQLite
     reuses a deleted row's space), and only outside a transaction, which
     a vacuum cannot run in.
