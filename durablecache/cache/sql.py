@@ -154,16 +154,13 @@ VACUUM_MIN_DEAD = 10_000
 VACUUM_DEAD_SHARE = 0.2
 
 
-def due_for_vacuum(
-    stats: Iterable[tuple[str, int, int]],
-    *,
-    min_dead: int = VACUUM_MIN_DEAD,
-    share: float = VACUUM_DEAD_SHARE,
-) -> list[str]:
+def due_for_vacuum(stats: Iterable[tuple[str, int, int]]) -> list[str]:
     """The tables among ``(name, live rows, dead rows)`` whose dead rows
     passed both bounds, by name."""
     return sorted(
-        name for name, live, dead in stats if dead >= max(min_dead, share * live)
+        name
+        for name, live, dead in stats
+        if dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * live)
     )
 
 
@@ -191,9 +188,7 @@ def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
             " WHERE schemaname = current_schema() AND relname = ANY(%s)",
             [names],
         )
-        due = due_for_vacuum(
-            cursor.fetchall(), min_dead=VACUUM_MIN_DEAD, share=VACUUM_DEAD_SHARE
-        )
+        due = due_for_vacuum(cursor.fetchall())
         for name in due:
             cursor.execute(f"VACUUM (SKIP_LOCKED) {connection.ops.quote_name(name)}")
     return due
