@@ -48,6 +48,31 @@ CLOSE_SHUTDOWN = 4503
 # Where an event dict of a read round keeps its frame text, once built.
 _REPLAY_FRAME = "frame:replay"
 _LIVE_FRAME = "frame:live"
+# The releases a socket's end must finish even if its instance is killed
+# first: Daphne cancels an instance still running --application-close-timeout
+# after its socket closed, and again every second until it ends (a storm of
+# disconnects queued behind the database thread). Held here until done.
+_detached: set[asyncio.Future[Any]] = set()
+
+
+def _detach(coro: Any) -> asyncio.Future[Any]:
+    """Run ``coro`` on its own task, which no cancel of the caller reaches."""
+    task = asyncio.ensure_future(coro)
+    _detached.add(task)
+    task.add_done_callback(_detached.discard)
+    return task
+
+
+async def _release(client_id: uuid.UUID, socket_id: str) -> None:
+    await db(services.client_disconnected)(client_id=client_id, channel_name=socket_id)
+
+
+async def _release_late(hello: asyncio.Future[Any], socket_id: str) -> None:
+    """Release what a hello did after its socket's instance was killed."""
+    with contextlib.suppress(Exception):
+        result = await hello
+        if result.client is not None:
+            await _release(result.client.id, socket_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,12 +196,17 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if self.client is not None:
             raise ValidationError("hello was already sent")
         options = services.parse_hello_options(frame)
-        try:
-            result = await db(services.client_hello)(
-                user=self.scope["user"],
-                channel_name=self.socket_id,
-                options=options,
+        hello = _detach(
+            db(services.client_hello)(
+                user=self.scope["user"], channel_name=self.socket_id, options=options
             )
+        )
+        try:
+            result = await asyncio.shield(hello)
+        except asyncio.CancelledError:
+            # Killed: the hello may still connect the client; undo it then.
+            _detach(_release_late(hello, self.socket_id))
+            raise
         except (ClientOwnedError, ClientConnectedError) as exc:
             await self._close(exc.close_code)
             return
@@ -314,10 +344,15 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         keepalive = parse_bool(frame.get("keepalive"), field="keepalive")
         self.is_closing = True
         await self._stop_delivery()
-        await db(services.client_close)(
-            client_id=self.client.id,
-            channel_name=self.socket_id,
-            keepalive=keepalive,
+        # Done even if the instance is killed meanwhile (see ``_detached``).
+        await asyncio.shield(
+            _detach(
+                db(services.client_close)(
+                    client_id=self.client.id,
+                    channel_name=self.socket_id,
+                    keepalive=keepalive,
+                )
+            )
         )
         self.client = None
         await self.send(protocol.reply("closed", req_id, keepalive=keepalive))
@@ -445,6 +480,4 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await self._stop_delivery()
         if self.client is not None:
             client_id, self.client = self.client.id, None
-            await db(services.client_disconnected)(
-                client_id=client_id, channel_name=self.socket_id
-            )
+            await asyncio.shield(_detach(_release(client_id, self.socket_id)))
