@@ -98,7 +98,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.base_send = send
         # What services record as the socket holding a client: unique in
         # the cluster (a late disconnect of an older socket changes nothing).
-        self.socket_id = f"{settings.DURABLECACHE_NODE_NAME}!{uuid.uuid4().hex}"
+        self.socket_id = wakeups.hub.new_socket_id()
         self.turn = asyncio.Lock()
         # Made at the first put: its deques and event are ~2 KiB, which an
         # idle socket (most of them) would carry for nothing.

@@ -34,7 +34,7 @@ class DurableClient(models.Model):
     )
     is_connected = models.BooleanField(default=False)
     node = models.CharField(max_length=128, blank=True, default="")
-    # The id of the socket that holds the client (``NODE!hex``, made by the
+    # The id of the socket that holds the client (``NODE!TAG.hex``, made by the
     # consumer; it was the socket's channel-layer channel before sockets had
     # none): a late disconnect of an older socket must not release a newer.
     channel_name = models.CharField(max_length=255, blank=True, default="")

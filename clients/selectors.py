@@ -106,6 +106,16 @@ def delivery_checks(
     return {cid: (primaries.get(cid), heads.get(cid, 0)) for cid in client_ids}
 
 
+def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
+    """The clients marked connected to a socket of the process whose socket
+    ids carry ``tag`` (clients.wakeups.WakeHub.tag): (client id, socket id)."""
+    return list(
+        DurableClient.objects.filter(
+            is_connected=True, channel_name__contains=f"!{tag}."
+        ).values_list("id", "channel_name")
+    )
+
+
 def client_regions(*, client_id: uuid.UUID) -> list[str]:
     """Regions in which the client holds interests, sorted."""
     return sorted(

@@ -272,12 +272,14 @@ def _drop_elsewhere(client_id: uuid.UUID, hosts: list[str]) -> None:
     transaction.on_commit(drop)
 
 
-def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
+def client_disconnected(
+    *, client_id: uuid.UUID, channel_name: str, why: str = ""
+) -> None:
     """Handle a socket that went away (close keepalive=true, or dropped).
 
     Durable: keep queue and durable interests, start the timeout. Non-durable:
     delete everything. A late call for a socket that is no longer the
-    client's current one changes nothing.
+    client's current one changes nothing. ``why`` goes to the history.
     """
     with transaction.atomic():
         client = (
@@ -290,8 +292,26 @@ def client_disconnected(*, client_id: uuid.UUID, channel_name: str) -> None:
         if not client.is_durable:
             _delete_client(client)
             return
-        _mark_disconnected(client)
+        _mark_disconnected(client, why=why)
     queue_services.queue_reset_delivery(client_id=client_id)
+
+
+def sockets_gone_release(*, held: list[tuple[uuid.UUID, str]]) -> int:
+    """Release the clients of sockets that ended without releasing them
+    (clients.wakeups.WakeHub.reconcile); return how many were released."""
+    released = 0
+    for client_id, channel_name in held:
+        still = DurableClient.objects.filter(
+            pk=client_id, channel_name=channel_name, is_connected=True
+        ).exists()
+        if still:
+            client_disconnected(
+                client_id=client_id,
+                channel_name=channel_name,
+                why="its socket ended unreleased",
+            )
+            released += 1
+    return released
 
 
 def _mark_disconnected(client: DurableClient, at: Any = None, why: str = "") -> None:

@@ -19,6 +19,13 @@ its sockets, in memory:
   queue grew since the last look is woken. This heals a lost doorbell or
   close and delivers while Redis is away, at one query per process and
   period instead of two per socket.
+- **the reconcile**: every ``RECONCILE_S`` one query reads the clients
+  marked connected to a socket of this process (its socket ids carry the
+  hub's ``tag``); those whose socket is no longer open are released as if
+  it had disconnected. A socket releases its client when it ends, but
+  that can fail (the cluster database unreachable then) and was lost when
+  Daphne killed an instance slow to end; such a client's ``hello`` would
+  otherwise be refused 4409 until the node restarted.
 
 Surviving Redis: channels_redis reads a process's channels with one receive
 at a time; when the hub's receive fails it joins its group again and then
@@ -32,6 +39,7 @@ it was out of the group reached nobody).
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Coroutine
@@ -41,12 +49,14 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from clients import selectors
+from clients import selectors, services
 from queues import notify
 
 log = logging.getLogger(__name__)
 
 GROUP_REFRESH_S = 30.0
+# How often the hub releases clients held by sockets it no longer has.
+RECONCILE_S = 10.0
 
 
 class Doorbell:
@@ -92,6 +102,7 @@ class HubSocket(Protocol):
     """What the hub needs of a subscriber socket (clients.consumers)."""
 
     woken_as: uuid.UUID | None  # the client it delivers for, once ready
+    socket_id: str  # what services record as the socket holding a client
 
     def holds(self, client_id: uuid.UUID) -> bool: ...
 
@@ -112,6 +123,15 @@ class WakeHub:
         self.channel: str | None = None
         self.joined = False
         self.rejoining: asyncio.Task[None] | None = None
+        # In every socket id this process makes (``new_socket_id``).
+        self.tag = uuid.uuid4().hex[:12]
+        self.reconciled_at = time.monotonic()
+
+    def new_socket_id(self) -> str:
+        """An id for a socket of this process: unique in the cluster (a late
+        disconnect of an older socket changes nothing), and telling the
+        reconcile which rows are this process's."""
+        return f"{settings.DURABLECACHE_NODE_NAME}!{self.tag}.{uuid.uuid4().hex}"
 
     def _ensure_started(self) -> None:
         loop = asyncio.get_running_loop()
@@ -224,6 +244,23 @@ class WakeHub:
                     socket.swept(primary=primary, head=head)
         return sum(len(s) for s in delivering.values())
 
+    async def reconcile(self) -> int:
+        """Release the clients held by sockets of this process that are no
+        longer open (see the module docstring); return how many."""
+        held = await database_sync_to_async(selectors.sockets_holding)(tag=self.tag)
+        # Read after the rows: a socket is attached before its hello can
+        # mark a client connected, so a row of an open socket finds it here.
+        open_ids = {socket.socket_id for socket in self.open}
+        gone = [(cid, sid) for cid, sid in held if sid not in open_ids]
+        if not gone:
+            return 0
+        released = await database_sync_to_async(services.sockets_gone_release)(
+            held=gone
+        )
+        if released:
+            log.warning("released %d clients whose sockets ended unreleased", released)
+        return released
+
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         for task in self.tasks:
             task.cancel()
@@ -285,6 +322,10 @@ class WakeHub:
             await asyncio.sleep(settings.DURABLECACHE_POLL_S)
             try:
                 await self.sweep()
+                now = time.monotonic()
+                if now - self.reconciled_at >= RECONCILE_S:
+                    self.reconciled_at = now
+                    await self.reconcile()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the next period tries again

@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async as db
 from channels.testing import WebsocketCommunicator
 
 from clients import services, wakeups
-from clients.models import DurableClient
+from clients.models import ClientHistory, DurableClient
 from durablecache.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
@@ -122,3 +122,36 @@ async def test_a_hello_killed_in_flight_does_not_leave_the_id_connected(
     await _until(released, "released")
     _sock, welcome = await session(token, durable_id="late")
     assert welcome["type"] == "welcome"
+
+
+def _hello(user, durable_id, socket_id):
+    options = services.parse_hello_options({"durable_id": durable_id})
+    services.client_hello(user=user, channel_name=socket_id, options=options)
+
+
+async def test_the_reconcile_releases_only_clients_of_sockets_this_process_lost(
+    token, user, region, session
+):
+    # A socket whose release failed (the database away as it ended), one
+    # still open here, and one of another process of the cluster.
+    await db(_hello)(user, "lost", wakeups.hub.new_socket_id())
+    _sock, _ = await session(token, durable_id="open")
+    await db(_hello)(user, "elsewhere", "node-2!0123456789ab.0f")
+
+    assert await wakeups.hub.reconcile() == 1
+
+    assert not await db(_is_connected)("lost")
+    assert await db(_is_connected)("open")
+    assert await db(_is_connected)("elsewhere")
+    last = await db(
+        lambda: (
+            ClientHistory.objects.filter(durable_id="lost")
+            .order_by("-id")
+            .values_list("kind", "detail")
+            .first()
+        )
+    )()
+    assert last == ("disconnected", "its socket ended unreleased")
+    _sock, welcome = await session(token, durable_id="lost")
+    assert welcome["type"] == "welcome"
+    assert await wakeups.hub.reconcile() == 0
