@@ -64,7 +64,14 @@ def _detach(coro: Any) -> asyncio.Future[Any]:
 
 
 async def _release(client_id: uuid.UUID, socket_id: str) -> None:
-    await db(services.client_disconnected)(client_id=client_id, channel_name=socket_id)
+    try:
+        await reads.batcher().release(client_id=client_id, socket_id=socket_id)
+    except Exception:
+        log.warning(
+            "releasing client %s failed; the hub's reconcile retries",
+            client_id,
+            exc_info=True,
+        )
 
 
 async def _release_late(hello: asyncio.Future[Any], socket_id: str) -> None:

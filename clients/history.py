@@ -18,16 +18,32 @@ def record(
 ) -> None:
     """Append one history row for a durable client (inside the caller's
     transaction) and, after commit, tell open dashboards its new state."""
-    if client.durable_id is None:
+    record_many([client], kind, node=node, detail=detail)
+
+
+def record_many(
+    clients: list[DurableClient], kind: str, *, node: str = "", detail: str = ""
+) -> None:
+    """``record`` for many clients: one insert for all of them."""
+    durable = [client for client in clients if client.durable_id is not None]
+    if not durable:
         return
-    ClientHistory.objects.create(
-        durable_id=client.durable_id,
-        kind=kind,
-        node=node or client.node or client.primary,
-        detail=detail[:255],
+    ClientHistory.objects.bulk_create(
+        ClientHistory(
+            durable_id=client.durable_id or "",
+            kind=kind,
+            node=node or client.node or client.primary,
+            detail=detail[:255],
+        )
+        for client in durable
     )
-    update = state_of(client, kind)
-    transaction.on_commit(lambda: notify.dashboard(update))
+    updates = [state_of(client, kind) for client in durable]
+
+    def tell_dashboards() -> None:
+        for update in updates:
+            notify.dashboard(update)
+
+    transaction.on_commit(tell_dashboards)
 
 
 def state_of(client: DurableClient, kind: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -507,13 +508,12 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
     )
 
 
-def queue_reset_delivery(*, client_id: uuid.UUID) -> None:
-    """Forget what the ended session was sent: unacked entries are undelivered."""
-    with transaction.atomic(using=NODE_STORE):
-        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
-        if state is not None:
-            state.delivered_through = state.acked_through
-            state.save(update_fields=["delivered_through"])
+def queue_reset_delivery(*, client_ids: Sequence[uuid.UUID]) -> None:
+    """Forget what the ended sessions were sent: unacked entries are
+    undelivered (one statement for them all)."""
+    QueueState.objects.filter(pk__in=client_ids).update(
+        delivered_through=F("acked_through")
+    )
 
 
 def queue_drop(*, client_id: uuid.UUID) -> bool:

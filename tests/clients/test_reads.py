@@ -8,7 +8,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from clients import reads
+from clients import reads, services
+from clients.models import DurableClient
 from queues import selectors as queue_selectors
 from queues.models import QueueEntry, QueueState
 
@@ -40,9 +41,9 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
     rounds = []
     real = reads._run_round
 
-    def counting(asks, acks):
+    def counting(asks, acks, releases):
         rounds.append(len(asks))
-        return real(asks, acks)
+        return real(asks, acks, releases)
 
     monkeypatch.setattr(reads, "_run_round", counting)
     batcher = reads.ReadBatcher()
@@ -264,3 +265,56 @@ def test_many_reads_in_one_statement_keep_each_reads_bounds():
         queue_selectors.queue_events_after(client_id=b, after=0, limit=10, through=2),
     ]
     assert many[:2] == one_by_one
+
+
+def _connected(user, durable_id: str, socket_id: str) -> uuid.UUID:
+    options = services.parse_hello_options({"durable_id": durable_id})
+    result = services.client_hello(user=user, channel_name=socket_id, options=options)
+    return result.client.id
+
+
+async def test_releases_that_arrive_together_share_one_round(user, monkeypatch):
+    held = [
+        (
+            await database_sync_to_async(_connected)(user, f"c{i}", f"node-1!t.{i}"),
+            f"node-1!t.{i}",
+        )
+        for i in range(3)
+    ]
+    rounds = []
+    real = reads._run_round
+
+    def counting(asks, acks, releases):
+        rounds.append(len(releases))
+        return real(asks, acks, releases)
+
+    monkeypatch.setattr(reads, "_run_round", counting)
+    batcher = reads.ReadBatcher()
+    stale = (held[0][0], "node-1!t.older")  # a socket the client no longer has
+    await asyncio.gather(
+        *(batcher.release(client_id=cid, socket_id=sid) for cid, sid in [*held, stale])
+    )
+    assert rounds == [4]
+
+    def states():
+        return sorted(
+            DurableClient.objects.filter(durable_id__startswith="c").values_list(
+                "durable_id", "is_connected", "channel_name"
+            )
+        )
+
+    assert await database_sync_to_async(states)() == [
+        ("c0", False, ""),
+        ("c1", False, ""),
+        ("c2", False, ""),
+    ]
+
+
+async def test_a_failed_release_round_fails_its_releases(user, monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(services, "clients_disconnected", broken)
+    cid = await database_sync_to_async(_connected)(user, "c", "node-1!t.1")
+    with pytest.raises(RuntimeError):
+        await reads.ReadBatcher().release(client_id=cid, socket_id="node-1!t.1")
