@@ -59,8 +59,16 @@ def _detach(coro: Any) -> asyncio.Future[Any]:
     """Run ``coro`` on its own task, which no cancel of the caller reaches."""
     task = asyncio.ensure_future(coro)
     _detached.add(task)
-    task.add_done_callback(_detached.discard)
+    task.add_done_callback(_detach_done)
     return task
+
+
+def _detach_done(task: asyncio.Future[Any]) -> None:
+    _detached.discard(task)
+    if not task.cancelled():
+        # Seen here if no one awaits it any more (the instance was killed):
+        # a failed release is retried by the hub's reconcile.
+        task.exception()
 
 
 async def _release(client_id: uuid.UUID, socket_id: str) -> None:
@@ -354,10 +362,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # Done even if the instance is killed meanwhile (see ``_detached``).
         await asyncio.shield(
             _detach(
-                db(services.client_close)(
-                    client_id=self.client.id,
-                    channel_name=self.socket_id,
-                    keepalive=keepalive,
+                reads.batcher().release(
+                    client_id=self.client.id, socket_id=self.socket_id, keep=keepalive
                 )
             )
         )

@@ -14,10 +14,11 @@ round is one transaction of the node store, so the fan-out's appends wait
 for one write lock per round instead of one per ack (a socket acks every
 few dozen events; 100 sockets made ~200 ack transactions a second).
 
-So do the releases of the sockets that end (``client_disconnected``): a
-storm of 1000 dropped sockets was 1000 transactions on each database, one
-after the other on that thread, for 13 s; a round releases all of its
-sockets in one on each (after the round's acks: what a socket acked
+So do the ends of sockets (``services.clients_ended``: a socket that
+dropped, or a ``close`` frame's keep or delete): a storm of 1000 dropped
+sockets was two transactions per socket, one after the other on that
+thread, 11 s of it; a round ends all of its sockets' clients in one
+transaction on each database (after the round's acks: what a socket acked
 before it ended stays acked).
 """
 
@@ -42,7 +43,7 @@ _batchers = weakref.WeakKeyDictionary()
 def _run_round(
     asks: list[dict[str, Any]],
     acks: list[tuple[Any, int]],
-    releases: list[tuple[Any, str]],
+    releases: list[tuple[Any, str, bool]],
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any], tuple[bool, Any]]:
     """The database thread's side: apply the acks and record what every
     socket sent, in one transaction; release the ended sockets' clients;
@@ -52,7 +53,7 @@ def _run_round(
     released: tuple[bool, Any] = (True, 0)
     if releases:
         try:
-            released = (True, services.clients_disconnected(held=releases))
+            released = (True, services.clients_ended(ended=releases))
         except Exception as exc:
             released = (False, exc)
     return results, acked, released
@@ -105,14 +106,17 @@ class ReadBatcher:
     def __init__(self) -> None:
         self.waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self.acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []
-        self.releases: list[tuple[tuple[Any, str], asyncio.Future[Any]]] = []
+        self.releases: list[tuple[tuple[Any, str, bool], asyncio.Future[Any]]] = []
         self.running = False
 
-    async def release(self, *, client_id: Any, socket_id: str) -> None:
-        """In the next round: release the client the ended socket held
-        (``client_disconnected``), after the round's acks."""
+    async def release(
+        self, *, client_id: Any, socket_id: str, keep: bool = True
+    ) -> None:
+        """In the next round, after its acks: release the client the ended
+        socket held (``client_disconnected``; ``keep`` false:
+        ``client_close`` without keepalive)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.releases.append(((client_id, socket_id), future))
+        self.releases.append(((client_id, socket_id, keep), future))
         self._start()
         await future
 
@@ -156,7 +160,7 @@ class ReadBatcher:
     async def _rounds(self) -> None:
         round_: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []
-        releases: list[tuple[tuple[Any, str], asyncio.Future[Any]]] = []
+        releases: list[tuple[tuple[Any, str, bool], asyncio.Future[Any]]] = []
         try:
             while self.waiting or self.acks or self.releases:
                 round_, self.waiting = self.waiting, []

@@ -283,35 +283,48 @@ def client_disconnected(
     delete everything. A late call for a socket that is no longer the
     client's current one changes nothing. ``why`` goes to the history.
     """
-    clients_disconnected(held=[(client_id, channel_name)], why=why)
+    clients_ended(ended=[(client_id, channel_name, True)], why=why)
 
 
-def clients_disconnected(
-    *, held: Sequence[tuple[uuid.UUID, str]], why: str = ""
+def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) -> None:
+    """Handle the ``close`` frame: keep for ``timeout`` or delete at once."""
+    clients_ended(ended=[(client_id, channel_name, keepalive)])
+
+
+def clients_ended(
+    *, ended: Sequence[tuple[uuid.UUID, str, bool]], why: str = ""
 ) -> int:
-    """``client_disconnected`` for many sockets (client id, socket id) at
-    once: one transaction on each database, whatever their number (a storm
-    of 1000 dropped sockets took a transaction on each per socket, 13 s on
-    the database thread; docs/performance.md). Return how many were
-    released."""
-    pairs = set(held)
-    if not pairs:
+    """The ends of many sockets at once, each (client id, socket id, keep):
+    ``client_disconnected`` where ``keep``, else ``client_close`` with
+    keepalive false. One transaction on each database, whatever their
+    number (a storm of 1000 dropped sockets took two transactions per
+    socket, 11 s of the database thread; docs/performance.md). Return how
+    many clients were released."""
+    keep: dict[tuple[uuid.UUID, str], bool] = {}
+    for client_id, channel_name, stays in ended:  # a close wins over a drop
+        socket = (client_id, channel_name)
+        keep[socket] = keep.get(socket, True) and stays
+    if not keep:
         return 0
     with transaction.atomic():
         clients = [
             client
             for client in DurableClient.objects.select_for_update()
-            .filter(pk__in={client_id for client_id, _ in pairs})
+            .filter(pk__in={client_id for client_id, _ in keep})
             .order_by("pk")
-            if (client.pk, client.channel_name) in pairs
+            if (client.pk, client.channel_name) in keep
         ]
-        _mark_disconnected([c for c in clients if c.is_durable], why=why)
-        for client in clients:
-            if not client.is_durable:
-                _delete_client(client)
-    durable = [client.pk for client in clients if client.is_durable]
-    if durable:
-        queue_services.queue_reset_delivery(client_ids=durable)
+        kept_ids = {
+            c.pk for c in clients if c.is_durable and keep[c.pk, c.channel_name]
+        }
+        kept = [c for c in clients if c.pk in kept_ids]
+        gone = [c for c in clients if c.pk not in kept_ids]
+        closed = [c for c in gone if c.is_durable]
+        history.record_many(closed, "closed", detail="close with keepalive false")
+        _delete_clients(gone)
+        _mark_disconnected(kept, why=why)
+    if kept:
+        queue_services.queue_reset_delivery(client_ids=[c.pk for c in kept])
     return len(clients)
 
 
@@ -342,35 +355,28 @@ def _mark_disconnected(
     history.record_many(clients, "disconnected", detail=why)
 
 
-def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) -> None:
-    """Handle the ``close`` frame: keep for ``timeout`` or delete at once."""
-    if keepalive:
-        client_disconnected(client_id=client_id, channel_name=channel_name)
-        return
-    with transaction.atomic():
-        client = (
-            DurableClient.objects.select_for_update()
-            .filter(pk=client_id, channel_name=channel_name)
-            .first()
-        )
-        if client is not None:
-            history.record(client, "closed", detail="close with keepalive false")
-            _delete_client(client)
-
-
 def _delete_client(client: DurableClient) -> None:
     """Delete a client, its registrations and its queue on every host."""
-    client_id, hosts = client.id, client.hosts
-    client.delete()
+    _delete_clients([client])
+
+
+def _delete_clients(clients: list[DurableClient]) -> None:
+    """Delete clients, their registrations and their queues on every host."""
+    if not clients:
+        return
+    hosts = {client.id: client.hosts for client in clients}
+    DurableClient.objects.filter(pk__in=list(hosts)).delete()
 
     def drop_queues() -> None:
         from clients.tasks import drop_queue_on
 
-        for host in hosts:
-            if host == self_node():
-                queue_services.queue_drop(client_id=client_id)
-            else:
-                drop_queue_on(host, client_id)
+        here = [pk for pk, on in hosts.items() if self_node() in on]
+        if here:
+            queue_services.queue_drop_many(client_ids=here)
+        for pk, on in hosts.items():
+            for host in on:
+                if host != self_node():
+                    drop_queue_on(host, pk)
 
     transaction.on_commit(drop_queues)
 

@@ -254,8 +254,9 @@ class WakeHub:
         gone = [(cid, sid) for cid, sid in held if sid not in open_ids]
         if not gone:
             return 0
-        released = await database_sync_to_async(services.clients_disconnected)(
-            held=gone, why="its socket ended unreleased"
+        released = await database_sync_to_async(services.clients_ended)(
+            ended=[(cid, sid, True) for cid, sid in gone],
+            why="its socket ended unreleased",
         )
         if released:
             log.warning("released %d clients whose sockets ended unreleased", released)

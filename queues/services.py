@@ -521,6 +521,13 @@ def queue_drop(*, client_id: uuid.UUID) -> bool:
     return _drop_locked(client_id)
 
 
+def queue_drop_many(*, client_ids: Sequence[uuid.UUID]) -> int:
+    """``queue_drop`` for many queues in one transaction (their heads locked
+    in id order, as the fan-out locks them); return how many existed."""
+    with transaction.atomic(using=NODE_STORE):
+        return sum(_drop_locked(pk) for pk in sorted(client_ids))
+
+
 def _drop_locked(client_id: uuid.UUID, created_at: Any = None) -> bool:
     """Delete one queue and its entries (only the queue row created at
     ``created_at``, when given).

@@ -314,7 +314,7 @@ async def test_a_failed_release_round_fails_its_releases(user, monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(services, "clients_disconnected", broken)
+    monkeypatch.setattr(services, "clients_ended", broken)
     cid = await database_sync_to_async(_connected)(user, "c", "node-1!t.1")
     with pytest.raises(RuntimeError):
         await reads.ReadBatcher().release(client_id=cid, socket_id="node-1!t.1")

@@ -8,7 +8,7 @@ from django.utils import timezone
 from clients import fanout, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_selector
-from clients.models import DurableClient, Interest, LostQueue
+from clients.models import ClientHistory, DurableClient, Interest, LostQueue
 from durablecache.cache import services as cache_services
 from durablecache.cache.exceptions import ValidationError
 from queues import selectors as queue_selectors
@@ -166,3 +166,45 @@ def test_hello_options_are_validated():
         with pytest.raises(ValidationError):
             services.parse_hello_options(bad)
     assert services.parse_hello_options({"conflate": True})["conflate"] == "true"
+
+
+def test_many_ends_at_once_keep_close_or_drop_each_client(
+    user, region, django_capture_on_commit_callbacks
+):
+    kept = hello(user, "kept", "s1").client
+    closed = hello(user, "closed", "s2").client
+    register(kept, durable=False, keys=["x"])
+    plain = services.client_hello(
+        user=user, channel_name="s3", options=services.parse_hello_options({})
+    ).client
+    moved = hello(user, "moved", "s4").client
+    hello(user, "twice", "s5")
+    twice = DurableClient.objects.get(durable_id="twice")
+    cache_services.entry_put(region="prices", key="a", value=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        released = services.clients_ended(
+            ended=[
+                (kept.id, "s1", True),
+                (closed.id, "s2", False),
+                (plain.id, "s3", True),
+                (moved.id, "s4-older", True),  # a socket it no longer has
+                (twice.id, "s5", True),
+                (twice.id, "s5", False),  # its close wins over its drop
+            ]
+        )
+    assert released == 4
+    rows = {c.durable_id: c for c in DurableClient.objects.all()}
+    assert set(rows) == {"kept", "moved"}
+    assert not rows["kept"].is_connected
+    assert rows["kept"].expires_at is not None
+    assert not rows["kept"].interests.exists()  # its non-durable interest went
+    assert rows["moved"].is_connected
+    for gone in (closed, plain, twice):
+        assert queue_selectors.queue_size(client_id=gone.id) == -2
+    assert queue_selectors.queue_size(client_id=kept.id) == 0
+    kinds = dict(
+        ClientHistory.objects.filter(kind__in=["closed", "disconnected"]).values_list(
+            "durable_id", "kind"
+        )
+    )
+    assert kinds == {"kept": "disconnected", "closed": "closed", "twice": "closed"}
