@@ -226,10 +226,8 @@ def client_hello(
             # Told once, on the first hello since the loss (even when a
             # backend pre-registered interest for the id meanwhile).
             gone = LostQueue.objects.filter(durable_id=durable_id)
-            owners = list(gone.values_list("owner_id", flat=True))
-            lost = user.pk in owners
-            if owners:  # one statement in the usual case, not two
-                gone.delete()
+            lost = gone.filter(owner=user).exists()
+            gone.delete()
         if client is None:
             client = DurableClient(durable_id=durable_id, owner=user)
         elif client.primary and (client.primary != node or store_lost):
@@ -455,44 +453,23 @@ def interest_register(
     if is_durable and not client.is_durable:
         raise ValidationError("durable interest needs a durable client")
     since = cache_selectors.event_log_head()
-    try:
-        return _interest_rows(client, region, selector, is_durable, policy, since)
-    except IntegrityError:  # registered meanwhile by another door: found now
-        return _interest_rows(client, region, selector, is_durable, policy, since)
-
-
-def _interest_rows(
-    client: DurableClient,
-    region: str,
-    selector: Selector,
-    is_durable: bool,
-    policy: str,
-    since: int,
-) -> list[Interest]:
-    """Each value's row, created or brought to ``is_durable`` and ``policy``.
-
-    A read, then an insert where missing: ``get_or_create`` wrapped each
-    insert in a savepoint of its own, two statements more per value in
-    every socket's ``register_interest`` (docs/performance.md). A row
-    inserted meanwhile fails the transaction; the caller tries again.
-    """
     rows = []
     with transaction.atomic():
         for value in selector.values:
-            interest = Interest.objects.filter(
-                client=client, region=region, kind=selector.kind, selector=value
-            ).first()
-            if interest is None:
-                interest = Interest.objects.create(
-                    client=client,
-                    region=region,
-                    kind=selector.kind,
-                    selector=value,
-                    is_durable=is_durable,
-                    policy=policy,
-                    since_seq=since,
-                )
-            elif interest.is_durable != is_durable or interest.policy != policy:
+            interest, created = Interest.objects.get_or_create(
+                client=client,
+                region=region,
+                kind=selector.kind,
+                selector=value,
+                defaults={
+                    "is_durable": is_durable,
+                    "policy": policy,
+                    "since_seq": since,
+                },
+            )
+            if not created and (
+                interest.is_durable != is_durable or interest.policy != policy
+            ):
                 interest.is_durable = is_durable
                 interest.policy = policy
                 interest.save(update_fields=["is_durable", "policy"])

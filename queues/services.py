@@ -33,20 +33,17 @@ def _conflates(state: Any, event: Any) -> bool:
 
 def queue_ensure(
     *, client_id: uuid.UUID, durable_id: str | None, conflate: str
-) -> None:
-    """Create the client's queue on this node if missing; update its mode.
-
-    Two statements (an insert that ignores an existing row, an update
-    only where the mode differs): ``get_or_create`` under a lock was five,
-    with its savepoint, in every ``hello`` (docs/performance.md)."""
+) -> QueueState:
+    """Create the client's queue on this node if missing; update its mode."""
     with transaction.atomic(using=NODE_STORE):
-        QueueState.objects.bulk_create(
-            [QueueState(client_id=client_id, durable_id=durable_id, conflate=conflate)],
-            ignore_conflicts=True,
+        state, created = QueueState.objects.select_for_update().get_or_create(
+            client_id=client_id,
+            defaults={"durable_id": durable_id, "conflate": conflate},
         )
-        QueueState.objects.filter(pk=client_id).exclude(conflate=conflate).update(
-            conflate=conflate
-        )
+        if not created and state.conflate != conflate:
+            state.conflate = conflate
+            state.save(update_fields=["conflate"])
+    return state
 
 
 def queue_append_many(
