@@ -158,9 +158,14 @@ class Bench:
         # heap grown (and freed) by the other scenarios would absorb the
         # new connections and hide their cost.
         if r > 1:
-            self.cluster.stop_node("node-1")
+            # Killed, not stopped: a graceful stop first tries to hand the
+            # round's queues over (to no one) and waits for its children,
+            # seconds a round could not spare (docs/performance.md, Method).
+            t0 = time.monotonic()
+            self.cluster.kill_node("node-1")
             self.cluster.start_node("node-1")
             self.node_daphne = daphne_process(self.cluster.nodes["node-1"]["proc"].pid)
+            out(f"  node-1 restarted in {time.monotonic() - t0:.1f}s")
         # node-2, for the redundancy-1 scenarios only (every node fans every
         # write out, so a second node would also load the 1-node ones),
         # starts meanwhile: no write is made until it is ready, and a new
