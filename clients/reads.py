@@ -46,9 +46,9 @@ def _run_round(
     releases: list[tuple[Any, str, bool]],
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any], tuple[bool, Any]]:
     """The database thread's side: apply the acks and record what every
-    socket sent, in one transaction; release the ended sockets' clients;
-    then read every socket's next rows in one statement (if that fails,
-    each read on its own: one failing does not fail the others)."""
+    socket sent, in one transaction; read every socket's next rows in one
+    statement (if that fails, each read on its own: one failing does not
+    fail the others); then release the ended sockets' clients."""
     results, acked = _acks_and_reads(asks, acks)
     released: tuple[bool, Any] = (True, 0)
     if releases:

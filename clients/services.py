@@ -292,14 +292,14 @@ def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) ->
 
 
 def clients_ended(
-    *, ended: Sequence[tuple[uuid.UUID, str, bool]], why: str = ""
+    *, ended: Sequence[tuple[uuid.UUID, str, bool]], why: str = "", at: Any = None
 ) -> int:
     """The ends of many sockets at once, each (client id, socket id, keep):
     ``client_disconnected`` where ``keep``, else ``client_close`` with
     keepalive false. One transaction on each database, whatever their
     number (a storm of 1000 dropped sockets took two transactions per
-    socket, 11 s of the database thread; docs/performance.md). Return how
-    many clients were released."""
+    socket, 11 s of the database thread; docs/performance.md). Timeouts
+    run from ``at`` (default now). Return how many clients were released."""
     keep: dict[tuple[uuid.UUID, str], bool] = {}
     for client_id, channel_name, stays in ended:  # a close wins over a drop
         socket = (client_id, channel_name)
@@ -314,15 +314,15 @@ def clients_ended(
             .order_by("pk")
             if (client.pk, client.channel_name) in keep
         ]
-        kept_ids = {
-            c.pk for c in clients if c.is_durable and keep[c.pk, c.channel_name]
-        }
-        kept = [c for c in clients if c.pk in kept_ids]
-        gone = [c for c in clients if c.pk not in kept_ids]
-        closed = [c for c in gone if c.is_durable]
+        kept: list[DurableClient] = []
+        gone: list[DurableClient] = []
+        for client in clients:
+            stays = client.is_durable and keep[client.pk, client.channel_name]
+            (kept if stays else gone).append(client)
+        closed = [client for client in gone if client.is_durable]
         history.record_many(closed, "closed", detail="close with keepalive false")
         _delete_clients(gone)
-        _mark_disconnected(kept, why=why)
+        _mark_disconnected(kept, at=at, why=why)
     if kept:
         queue_services.queue_reset_delivery(client_ids=[c.pk for c in kept])
     return len(clients)
@@ -571,19 +571,12 @@ def clients_of_dead_nodes_disconnect() -> int:
         for name, row in members.rows.items()
         if members.state(name) == DOWN
     }
-    count = 0
-    for client in DurableClient.objects.filter(is_connected=True, node__in=dead):
-        with transaction.atomic():
-            row = (
-                DurableClient.objects.select_for_update()
-                .filter(pk=client.pk, is_connected=True, node=client.node)
-                .first()
-            )
-            if row is None:
-                continue
-            if not row.is_durable:
-                _delete_client(row)
-            else:
-                _mark_disconnected([row], at=dead[row.node], why=f"{row.node} down")
-            count += 1
-    return count
+    held: dict[str, list[tuple[uuid.UUID, str, bool]]] = {name: [] for name in dead}
+    sockets = DurableClient.objects.filter(is_connected=True, node__in=dead)
+    for pk, node, socket in sockets.values_list("pk", "node", "channel_name"):
+        held[node].append((pk, socket, True))
+    return sum(
+        clients_ended(ended=ended, why=f"{node} down", at=dead[node])
+        for node, ended in held.items()
+        if ended
+    )

@@ -36,16 +36,23 @@ def _queue(n_events: int) -> uuid.UUID:
     return client_id
 
 
-async def test_asks_that_arrive_together_share_one_round(monkeypatch):
-    ids = [await database_sync_to_async(_queue)(3) for _ in range(5)]
-    rounds = []
+def _counted_rounds(monkeypatch, part: int) -> list[int]:
+    """Record, per round, the length of ``_run_round``'s argument ``part``
+    (0 asks, 1 acks, 2 releases)."""
+    rounds: list[int] = []
     real = reads._run_round
 
-    def counting(asks, acks, releases):
-        rounds.append(len(asks))
-        return real(asks, acks, releases)
+    def counting(*args):
+        rounds.append(len(args[part]))
+        return real(*args)
 
     monkeypatch.setattr(reads, "_run_round", counting)
+    return rounds
+
+
+async def test_asks_that_arrive_together_share_one_round(monkeypatch):
+    ids = [await database_sync_to_async(_queue)(3) for _ in range(5)]
+    rounds = _counted_rounds(monkeypatch, 0)
     batcher = reads.ReadBatcher()
     results = await asyncio.gather(
         *(
@@ -281,14 +288,7 @@ async def test_releases_that_arrive_together_share_one_round(user, monkeypatch):
         )
         for i in range(3)
     ]
-    rounds = []
-    real = reads._run_round
-
-    def counting(asks, acks, releases):
-        rounds.append(len(releases))
-        return real(asks, acks, releases)
-
-    monkeypatch.setattr(reads, "_run_round", counting)
+    rounds = _counted_rounds(monkeypatch, 2)
     batcher = reads.ReadBatcher()
     stale = (held[0][0], "node-1!t.older")  # a socket the client no longer has
     await asyncio.gather(
