@@ -9,10 +9,12 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 django.setup(set_prefix=False)
 
+from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
 from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
 from durablecache.http import PooledASGIHandler  # noqa: E402
 
 quiet_frame_logging()
+eager_websocket_writes()
 
 django_asgi_app = PooledASGIHandler()
 
