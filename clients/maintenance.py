@@ -21,6 +21,10 @@ from queues import services as queue_services
 
 log = logging.getLogger(__name__)
 EVENT_RETENTION = timedelta(minutes=10)
+# The event log is pruned from its oldest event, at most PRUNE_CHUNKS chunks
+# of PRUNE_CHUNK seqs per tick (100,000 events a second at the default tick).
+PRUNE_CHUNK = 10_000
+PRUNE_CHUNKS = 10
 
 # How often a tick looks at the dead rows of the tables that churn (step 13).
 VACUUM_CHECK_S = 10.0
@@ -229,4 +233,26 @@ def prune_event_log() -> int:
     if not needed or not min(needed):
         return 0
     horizon = timezone.now() - EVENT_RETENTION
-    return Event.objects.filter(seq__lte=min(needed), ts__lt=horizon).delete()[0]
+    through = min(needed)
+    pruned = 0
+    for _ in range(PRUNE_CHUNKS):
+        # From the oldest event on, by the seq index, a chunk at a time: one
+        # DELETE over "seq <= through" read every event kept for the
+        # retention (all of them, ten minutes of writes) on every tick of
+        # every node, because the time condition has no index: on
+        # PostgreSQL that was most of the log's sequential reads and what
+        # slowed the bench's later rounds (docs/performance.md). Seqs and
+        # timestamps rise together, so an oldest event still within the
+        # retention means there is nothing to prune (at worst a node's
+        # clock skew later).
+        oldest = Event.objects.order_by("seq").values_list("seq", "ts").first()
+        if oldest is None or oldest[0] > through or oldest[1] >= horizon:
+            break
+        upto = min(through, oldest[0] + PRUNE_CHUNK - 1)
+        done = Event.objects.filter(
+            seq__gte=oldest[0], seq__lte=upto, ts__lt=horizon
+        ).delete()[0]
+        pruned += done
+        if upto == through or not done:
+            break
+    return pruned

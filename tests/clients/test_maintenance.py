@@ -178,6 +178,31 @@ def test_prune_is_held_back_by_live_nodes_and_dead_hosts_only(user, region):
     assert maintenance.prune_event_log() == 2
 
 
+def test_prune_stops_at_the_first_event_within_the_retention(user, region):
+    for i in range(6):
+        cache_services.entry_put(region="prices", key=f"k{i}", value=i)
+    old = timezone.now() - timedelta(hours=1)
+    Event.objects.filter(seq__lte=3).update(ts=old)
+    _node("node-1", through=6, alive=True)
+    assert maintenance.prune_event_log() == 3
+    assert list(Event.objects.values_list("seq", flat=True)) == [4, 5, 6]
+    assert maintenance.prune_event_log() == 0  # the oldest left is recent
+
+
+def test_prune_goes_chunk_by_chunk_from_the_oldest(user, region, monkeypatch):
+    monkeypatch.setattr(maintenance, "PRUNE_CHUNK", 2)
+    monkeypatch.setattr(maintenance, "PRUNE_CHUNKS", 2)
+    for i in range(7):
+        cache_services.entry_put(region="prices", key=f"k{i}", value=i)
+    Event.objects.update(ts=timezone.now() - timedelta(hours=1))
+    _node("node-1", through=6, alive=True)  # the 7th is not fanned out yet
+    assert maintenance.prune_event_log() == 4  # two chunks of two a tick
+    assert list(Event.objects.values_list("seq", flat=True)) == [5, 6, 7]
+    assert maintenance.prune_event_log() == 2  # held back at 6
+    assert list(Event.objects.values_list("seq", flat=True)) == [7]
+    assert maintenance.prune_event_log() == 0
+
+
 def test_a_tick_that_may_not_judge_takes_no_node_for_dead(user):
     # Right after this node's own database outage every heartbeat looks
     # stale: such a tick must not disconnect clients or fail queues over.
