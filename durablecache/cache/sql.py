@@ -152,6 +152,10 @@ _UNSET = object()
 # share of its live ones (PostgreSQL's autovacuum waits for 50 and 0.2).
 VACUUM_MIN_DEAD = 10_000
 VACUUM_DEAD_SHARE = 0.2
+# A table is analyzed once this many rows, plus this share of its live rows,
+# changed since its last ANALYZE (PostgreSQL's autovacuum defaults: 50, 0.1).
+ANALYZE_MIN_CHANGED = 1_000
+ANALYZE_CHANGED_SHARE = 0.1
 
 
 def due_for_vacuum(stats: Iterable[tuple[str, int, int]]) -> list[str]:
@@ -161,6 +165,17 @@ def due_for_vacuum(stats: Iterable[tuple[str, int, int]]) -> list[str]:
         name
         for name, live, dead in stats
         if dead >= max(VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE * live)
+    )
+
+
+def due_for_analyze(stats: Iterable[tuple[str, int, int]]) -> list[str]:
+    """The tables among ``(name, live rows, rows changed since the last
+    ANALYZE)`` whose planner statistics are stale, by name: the bounds of
+    PostgreSQL's own autovacuum (a base plus a tenth of the table)."""
+    return sorted(
+        name
+        for name, live, changed in stats
+        if changed >= ANALYZE_MIN_CHANGED + ANALYZE_CHANGED_SHARE * live
     )
 
 
@@ -178,17 +193,33 @@ def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
     table another vacuum holds is left to it. Only PostgreSQL (SQLite
     reuses a deleted row's space), and only outside a transaction, which
     a vacuum cannot run in.
+
+    The same look ``ANALYZE``s the tables whose statistics are stale
+    (``due_for_analyze``), which is the other half of what autovacuum does:
+    a table never analyzed kept the planner on a sequential scan and a sort
+    of the whole event log for each fan-out pass's read of the newest
+    events (``WHERE seq > %s ORDER BY seq LIMIT %s``), 60,000 rows a pass
+    after three putalls (docs/performance.md).
     """
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return []
     names = [model._meta.db_table for model in models]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables"
+            "SELECT relname, n_live_tup, n_dead_tup, n_mod_since_analyze"
+            " FROM pg_stat_user_tables"
             " WHERE schemaname = current_schema() AND relname = ANY(%s)",
             [names],
         )
-        due = due_for_vacuum(cursor.fetchall())
-        for name in due:
-            cursor.execute(f"VACUUM (SKIP_LOCKED) {connection.ops.quote_name(name)}")
-    return due
+        stats = cursor.fetchall()
+        vacuum = set(due_for_vacuum((n, live, dead) for n, live, dead, _ in stats))
+        analyze = set(due_for_analyze((n, live, ch) for n, live, _, ch in stats))
+        for name in sorted(vacuum | analyze):
+            table = connection.ops.quote_name(name)
+            if name not in vacuum:
+                cursor.execute(f"ANALYZE (SKIP_LOCKED) {table}")
+            elif name in analyze:
+                cursor.execute(f"VACUUM (SKIP_LOCKED, ANALYZE) {table}")
+            else:
+                cursor.execute(f"VACUUM (SKIP_LOCKED) {table}")
+    return sorted(vacuum | analyze)

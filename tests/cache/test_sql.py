@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import time
 
 import pytest
 from django.db import connections, transaction
@@ -162,6 +163,43 @@ def test_a_table_is_due_for_vacuum_past_both_bounds():
         ("bigger", 1_000_000, 200_000),
     ]
     assert sql.due_for_vacuum(stats) == ["bigger", "churned"]
+
+
+def test_a_table_is_due_for_analyze_past_a_base_and_a_tenth():
+    stats = [
+        ("new", 0, 999),
+        ("filled", 0, 1_000),
+        ("big", 1_000_000, 100_999),
+        ("changed", 1_000_000, 101_000),
+    ]
+    assert sql.due_for_analyze(stats) == ["changed", "filled"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stale_statistics_are_analyzed_on_postgresql(monkeypatch):
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        assert sql.vacuum_bloated(connection, [Event]) == []
+        return
+    monkeypatch.setattr(sql, "ANALYZE_MIN_CHANGED", 0)
+    monkeypatch.setattr(sql, "ANALYZE_CHANGED_SHARE", 0.0)  # every table is due
+
+    def analyzed() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s",
+                [Event._meta.db_table],
+            )
+            return cursor.fetchone()[0]
+
+    before = analyzed()
+    assert Event._meta.db_table in sql.vacuum_bloated(connection, [Event])
+    # The statistics collector reports with a delay: wait for the count.
+    deadline = time.monotonic() + 10
+    while analyzed() == before and time.monotonic() < deadline:
+        connection.close()  # a new backend reads fresh statistics
+        time.sleep(0.1)
+    assert analyzed() == before + 1
 
 
 @pytest.mark.django_db(transaction=True)
