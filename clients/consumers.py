@@ -453,15 +453,15 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             text = event.get(cached)
             if text is None:
                 text = event[cached] = frame(event, replay=replay)
+            direct = False
             if sock is not None:
                 data = event.get(wired)
                 if data is None:
                     data = event[wired] = wire.text_frame(text)
-                if wire.writable(sock, len(data)):
-                    wire.write(sock, data)
-                    self.sent_through = event["seq"]
-                    continue
-            await send({"type": "websocket.send", "text": text})
+                if direct := wire.writable(sock, len(data)):
+                    sock.sendData(data)  # autobahn's write, in order with its queue
+            if not direct:
+                await send({"type": "websocket.send", "text": text})
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]

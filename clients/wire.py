@@ -71,8 +71,3 @@ def writable(sock: WebSocketProtocol, size: int) -> bool:
         and not (0 < sock.maxMessagePayloadSize < size)
         and not (0 < sock.autoFragmentSize < size)
     )
-
-
-def write(sock: WebSocketProtocol, frame: bytes) -> None:
-    """Write a frame ``text_frame`` built; the caller checked ``writable``."""
-    sock.sendData(frame)
