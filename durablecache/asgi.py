@@ -12,9 +12,11 @@ django.setup(set_prefix=False)
 from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
 from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
 from durablecache.http import PooledASGIHandler  # noqa: E402
+from durablecache.small_frames import small_frames_without_cffi  # noqa: E402
 
 quiet_frame_logging()
 eager_websocket_writes()
+small_frames_without_cffi()
 
 django_asgi_app = PooledASGIHandler()
 
