@@ -171,6 +171,23 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if self.scope.get("user") is None:
             await self._close(CLOSE_UNAUTHORIZED)
 
+    async def send(
+        self,
+        text_data: str | None = None,
+        bytes_data: bytes | None = None,
+        close: bool | int = False,
+    ) -> None:
+        """A reply frame (``written``, ``ok``, ``error``...) straight to
+        Daphne's socket when it can take it (clients.wire), as event frames
+        go; otherwise, and for anything else, through ASGI."""
+        sock = self.wire
+        if sock is not None and text_data is not None and not close:
+            data = wire.text_frame(text_data)
+            if wire.writable(sock, len(data)):
+                sock.sendData(data)
+                return
+        await super().send(text_data, bytes_data, close)
+
     async def _close(self, code: int) -> None:
         self.is_closing = True
         await self.close(code=code)

@@ -103,3 +103,58 @@ def test_a_socket_daphne_counts_as_gone_takes_the_asgi_path(server):
     assert not wire.writable(sock, 100)
     del server.connections[sock]
     assert not wire.writable(sock, 100)
+
+
+class Recorded:
+    """A consumer's two ways out: Daphne's socket and the ASGI send."""
+
+    def __init__(self, server: Server, *, wire_found: bool = True) -> None:
+        from clients.consumers import SubscriptionConsumer
+
+        self.direct: list[bytes] = []
+        self.asgi: list[dict] = []
+        self.sock = open_socket(server)
+        self.sock.sendData = self.direct.append
+
+        async def base_send(message: dict) -> None:
+            self.asgi.append(message)
+
+        self.consumer = SubscriptionConsumer()
+        self.consumer.base_send = base_send
+        self.consumer.wire = self.sock if wire_found else None
+
+
+async def test_a_reply_goes_straight_to_an_open_socket(server):
+    out = Recorded(server)
+    await out.consumer.send('{"type":"written"}')
+    assert out.direct == [wire.text_frame('{"type":"written"}')]
+    assert out.asgi == []
+
+
+async def test_a_reply_to_a_socket_autobahn_must_handle_goes_through_asgi(server):
+    out = Recorded(server)
+    out.sock.state = WebSocketProtocol.STATE_CLOSING
+    await out.consumer.send("late")
+    assert out.direct == []
+    assert out.asgi == [{"type": "websocket.send", "text": "late"}]
+
+
+async def test_without_daphnes_socket_replies_go_through_asgi(server):
+    out = Recorded(server, wire_found=False)
+    await out.consumer.send("x")
+    await out.consumer.send(bytes_data=b"\x00")
+    assert out.direct == []
+    assert out.asgi == [
+        {"type": "websocket.send", "text": "x"},
+        {"type": "websocket.send", "bytes": b"\x00"},
+    ]
+
+
+async def test_a_reply_that_closes_goes_through_asgi(server):
+    out = Recorded(server)
+    await out.consumer.send("bye", close=4000)
+    assert out.direct == []
+    assert out.asgi == [
+        {"type": "websocket.send", "text": "bye"},
+        {"type": "websocket.close", "code": 4000},
+    ]
