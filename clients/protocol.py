@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from durablecache.cache.exceptions import DomainError, ValidationError
-from durablecache.cache.validation import loads_strict, validate_json_value
+from durablecache.cache.validation import loads_storable
 
 MAX_ID = 128
 CLIENT_TYPES = {
@@ -52,15 +52,13 @@ def parse_frame(text: str) -> tuple[dict[str, Any], str | None]:
     can echo it.
     """
     try:
-        frame = loads_strict(text)
+        frame = loads_storable(text)
     except (ValueError, RecursionError) as exc:
         raise BadJsonError(f"not valid JSON: {exc}") from exc
-    if not isinstance(frame, dict):
-        raise BadJsonError("a frame must be a JSON object")
-    try:
-        validate_json_value(frame)
     except ValidationError as exc:
         raise BadJsonError(exc.message) from exc
+    if not isinstance(frame, dict):
+        raise BadJsonError("a frame must be a JSON object")
     return frame, frame_id(frame)
 
 

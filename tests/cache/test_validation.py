@@ -6,7 +6,13 @@ import json
 import pytest
 
 from durablecache.cache.exceptions import ValidationError
-from durablecache.cache.validation import MAX_DEPTH, json_text, validate_json_value
+from durablecache.cache.validation import (
+    MAX_DEPTH,
+    json_text,
+    loads_storable,
+    loads_strict,
+    validate_json_value,
+)
 
 
 def nested(depth):
@@ -65,3 +71,40 @@ def test_what_validation_refuses_json_text_refuses_too(value):
     with pytest.raises(ValidationError) as got:
         json_text(value)
     assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("value", GOOD)
+def test_a_storable_values_text_parses_back_to_it(value):
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        assert loads_storable(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"a\\u0000b"',
+        '{"k\\u0000": 1}',
+        '"lone \\ud800"',
+        '"lone \\uDC00, upper case"',
+        '{"\\uD83D": 1}',
+        json.dumps(nested(MAX_DEPTH + 1)),
+        '"raw lone \ud800"',  # a str that holds one, not JSON's escape
+    ],
+)
+def test_parsed_text_holding_what_validation_refuses_is_refused(text):
+    with pytest.raises(ValidationError):
+        loads_storable(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["NaN", '{"x": [Infinity]}', "-Infinity", "1e999", "[-2e400]"]
+)
+def test_non_finite_numbers_are_not_json(text):
+    with pytest.raises(ValueError, match="not"):
+        loads_storable(text)
+
+
+def test_bytes_are_parsed_in_their_detected_encoding():
+    assert loads_strict('{"é": 1.5}'.encode("utf-16")) == {"é": 1.5}
+    with pytest.raises(ValueError, match="not a finite number"):
+        loads_strict(b"1e999")
