@@ -181,7 +181,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         Daphne's socket when it can take it (clients.wire), as event frames
         go; otherwise, and for anything else, through ASGI."""
         sock = self.wire
-        if sock is not None and text_data is not None and not close:
+        # Daphne sends no frame for empty text; neither does this.
+        if sock is not None and text_data and not close:
             data = wire.text_frame(text_data)
             if wire.writable(sock, len(data)):
                 sock.sendData(data)

@@ -1,4 +1,4 @@
-"""Unmask and validate small incoming websocket frames without cffi.
+"""Unmask small incoming websocket frames, and check text, without cffi.
 
 A client's frames are masked (RFC 6455, 5.3) and a text frame must be valid
 UTF-8. autobahn does both with its NVX extension, through cffi: for every
@@ -12,13 +12,16 @@ waits to get it back. With 20 put frames in flight, 11 % of Daphne's main
 thread's samples were in the masker and the validator (docs/performance.md).
 
 Here a frame of at most ``SMALL_FRAME`` bytes is unmasked with one XOR of
-two Python integers (~1.3 µs for 70 bytes, no GIL release), and text is
-validated with Python's incremental UTF-8 decoder (~1 µs), which rejects
-what RFC 3629 rejects (overlong forms, surrogates, code points beyond
-U+10FFFF); a message that ends inside a code point is still refused at its
-end. Larger frames keep autobahn's masker, whose SIMD loop is faster there
-(4 MB: 4 ms against 21 ms). One difference: a surrogate's first two bytes
-(``ED A0``) are refused when the third arrives rather than at once.
+two Python integers (~1.3 µs for 70 bytes, no GIL release); larger frames
+keep autobahn's masker, whose SIMD loop is faster there (4 MB: 4 ms
+against 21 ms). Text of any size is validated with Python's incremental
+UTF-8 decoder (~1 µs for a small frame; a 4 MB message is decoded in
+about a millisecond, holding the GIL, where autobahn's validator would
+release it), which rejects what RFC 3629 rejects (overlong forms,
+surrogates, code points beyond U+10FFFF); a message that ends inside a
+code point is still refused at its end. One difference: the first two
+bytes of a surrogate (``ED A0``) are refused when the third arrives
+rather than at once.
 """
 
 import codecs
@@ -35,6 +38,8 @@ class SmallFrameMasker:
     __slots__ = ("_mask", "_ptr")
 
     def __init__(self, mask: bytes) -> None:
+        if len(mask) != 4:
+            raise ValueError("a websocket mask is 4 bytes")
         self._mask = bytes(mask)
         self._ptr = 0
 
@@ -59,23 +64,32 @@ class SmallFrameMasker:
 class Utf8Validator:
     """autobahn's incremental validator: ``validate`` answers (valid so far,
     ends on a code point, bytes of this call taken, bytes of the message
-    taken), as autobahn's does."""
+    taken), as autobahn's does; once invalid, invalid until ``reset``."""
 
-    __slots__ = ("_decoder", "_total")
+    __slots__ = ("_decoder", "_failed", "_total")
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._total = 0
+        self._failed: tuple[bool, bool, int, int] | None = None
 
     def reset(self) -> None:
         self._decoder.reset()
         self._total = 0
+        self._failed = None
 
     def validate(self, data: bytes) -> tuple[bool, bool, int, int]:
+        if self._failed is not None:
+            return self._failed
+        held = len(self._decoder.getstate()[0])  # a code point's first bytes
         try:
             self._decoder.decode(data)
         except UnicodeDecodeError as exc:
-            return (False, False, exc.start, self._total + exc.start)
+            # exc.start is where the bad sequence starts, counting the held
+            # bytes (which the last call took and counted).
+            in_call = max(exc.start - held, 0)
+            self._failed = (False, False, in_call, self._total - held + exc.start)
+            return self._failed
         self._total += len(data)
         return (True, not self._decoder.getstate()[0], len(data), self._total)
 

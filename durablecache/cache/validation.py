@@ -130,7 +130,7 @@ def _reject_constant(name: str) -> Any:
 def _finite_float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):
-        raise ValueError(f"{text} is not a finite number")
+        raise ValueError("a number is out of range (not a finite number)")
     return number
 
 

@@ -158,3 +158,10 @@ async def test_a_reply_that_closes_goes_through_asgi(server):
         {"type": "websocket.send", "text": "bye"},
         {"type": "websocket.close", "code": 4000},
     ]
+
+
+async def test_empty_text_goes_through_asgi_which_sends_nothing(server):
+    out = Recorded(server)
+    await out.consumer.send("")
+    assert out.direct == []
+    assert out.asgi == [{"type": "websocket.send", "text": ""}]

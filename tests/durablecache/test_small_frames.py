@@ -117,3 +117,28 @@ def test_reset_forgets_the_last_message():
     assert validator.validate(b"\x82")[0] is False
     validator.reset()
     assert validator.validate(b"fine") == (True, True, 4, 4)
+
+
+def test_an_invalid_byte_after_a_held_code_point_start_says_where():
+    """The decoder's error counts the bytes it held from the last call;
+    the index given is the bad sequence's start in the message."""
+    validator = Utf8Validator()
+    assert validator.validate(b"ab\xe2") == (True, False, 3, 3)
+    valid, _, in_call, at = validator.validate(b"\x82x")  # E2 82 "x": bad from E2
+    assert (valid, in_call, at) == (False, 0, 2)
+    validator.reset()
+    validator.validate(b"ab")
+    assert validator.validate(b"c\xff") == (False, False, 1, 3)
+
+
+def test_once_invalid_a_message_stays_invalid():
+    validator = Utf8Validator()
+    failed = validator.validate(b"\xff")
+    assert validator.validate(b"plain") == failed
+    validator.reset()
+    assert validator.validate(b"plain")[0] is True
+
+
+def test_a_mask_is_four_bytes():
+    with pytest.raises(ValueError, match="4 bytes"):
+        SmallFrameMasker(b"\x01\x02\x03")
