@@ -150,8 +150,21 @@ async def test_hello_with_a_bad_id_is_bad_field_and_not_fatal(ws, token):
         r'{"type": "ready", "x": "\u0000"}',
         '{"type": "ready", "x": NaN}',
         '{"type": "ready", "x": "\ud800"}',  # a raw lone surrogate
+        '{"type": "ready", "x": [-1E999]}',  # a float beyond a double
+        r'{"type": "ready", "k\u0000": 1}',  # in a key
+        r'{"type": "ready", "x": "\uDBFF"}',  # upper-case escape
     ],
-    ids=["deep-value", "deeper-than-the-parser", "surrogate", "nul", "nan", "raw"],
+    ids=[
+        "deep-value",
+        "deeper-than-the-parser",
+        "surrogate",
+        "nul",
+        "nan",
+        "raw",
+        "overflow",
+        "nul-key",
+        "upper-escape",
+    ],
 )
 async def test_json_that_is_not_rfc_8259_is_bad_json(session, token, text):
     sock, _ = await session(token)
