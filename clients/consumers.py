@@ -171,11 +171,11 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if self.scope.get("user") is None:
             await self._close(CLOSE_UNAUTHORIZED)
 
-    async def send(
+    async def send(  # type: ignore[override]  # as Channels' own
         self,
         text_data: str | None = None,
         bytes_data: bytes | None = None,
-        close: bool | int = False,
+        close: bool = False,
     ) -> None:
         """A reply frame (``written``, ``ok``, ``error``...) straight to
         Daphne's socket when it can take it (clients.wire), as event frames

@@ -110,4 +110,4 @@ def small_frames_without_cffi() -> None:
 
     create_xor_masker.wrapped = original  # type: ignore[attr-defined]
     protocol.create_xor_masker = create_xor_masker
-    protocol.Utf8Validator = Utf8Validator  # type: ignore[misc]
+    protocol.Utf8Validator = Utf8Validator  # type: ignore[misc, assignment]
