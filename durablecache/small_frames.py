@@ -66,32 +66,32 @@ class Utf8Validator:
     ends on a code point, bytes of this call taken, bytes of the message
     taken), as autobahn's does; once invalid, invalid until ``reset``."""
 
-    __slots__ = ("_decoder", "_failed", "_total")
+    __slots__ = ("_decoder", "_failed", "_held", "_total")
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")()
-        self._total = 0
-        self._failed: tuple[bool, bool, int, int] | None = None
+        self.reset()
 
     def reset(self) -> None:
         self._decoder.reset()
         self._total = 0
-        self._failed = None
+        self._held = 0  # a code point's first bytes, held by the decoder
+        self._failed: tuple[bool, bool, int, int] | None = None
 
     def validate(self, data: bytes) -> tuple[bool, bool, int, int]:
         if self._failed is not None:
             return self._failed
-        held = len(self._decoder.getstate()[0])  # a code point's first bytes
         try:
             self._decoder.decode(data)
         except UnicodeDecodeError as exc:
             # exc.start is where the bad sequence starts, counting the held
             # bytes (which the last call took and counted).
-            in_call = max(exc.start - held, 0)
-            self._failed = (False, False, in_call, self._total - held + exc.start)
+            start = exc.start - self._held
+            self._failed = (False, False, max(start, 0), self._total + start)
             return self._failed
         self._total += len(data)
-        return (True, not self._decoder.getstate()[0], len(data), self._total)
+        self._held = len(self._decoder.getstate()[0])
+        return (True, not self._held, len(data), self._total)
 
 
 def small_frames_without_cffi() -> None:

@@ -218,8 +218,7 @@ def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
             table = connection.ops.quote_name(name)
             if name not in vacuum:
                 cursor.execute(f"ANALYZE (SKIP_LOCKED) {table}")
-            elif name in analyze:
-                cursor.execute(f"VACUUM (SKIP_LOCKED, ANALYZE) {table}")
-            else:
-                cursor.execute(f"VACUUM (SKIP_LOCKED) {table}")
+                continue
+            options = "SKIP_LOCKED, ANALYZE" if name in analyze else "SKIP_LOCKED"
+            cursor.execute(f"VACUUM ({options}) {table}")
     return sorted(vacuum | analyze)

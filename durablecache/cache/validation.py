@@ -142,10 +142,8 @@ _STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_
 def loads_strict(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON text, refusing NaN and Infinity literals and
     numbers too large for a float (``1e999``)."""
-    if isinstance(text, bytes):  # json.loads detects its encoding
-        return json.loads(
-            text, parse_constant=_reject_constant, parse_float=_finite_float
-        )
+    if isinstance(text, bytes):  # in its encoding, as json.loads reads bytes
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
     return _STRICT.decode(text)
 
 

@@ -294,3 +294,13 @@ class Cluster:
             with psycopg.connect(f"{self.pg_server}/postgres", autocommit=True) as conn:
                 for db in names:
                     conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def create_region(cluster: Cluster, name: str) -> str:
+    """Create region ``name`` with the token in ``cluster.operator`` (the
+    ``live`` fixture's); return its name."""
+    status, body = cluster.rest(
+        "POST", "/api/v1/regions/", cluster.operator, {"name": name}
+    )
+    assert status == 201, body
+    return name

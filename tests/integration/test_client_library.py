@@ -28,7 +28,7 @@ from durablecache_client import (
     AsyncDurableClient,
     DurableClient,
 )
-from tests.integration.harness import ROOT, wait_for
+from tests.integration.harness import ROOT, create_region, wait_for
 from tests.integration.recording import Recorder, assert_versions_increase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -42,10 +42,7 @@ def fresh(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def region(live):
-    name = "clientlib"
-    status, body = live.rest("POST", "/api/v1/regions/", live.operator, {"name": name})
-    assert status == 201, body
-    return name
+    return create_region(live, "clientlib")
 
 
 def put(cluster, token, region, key, value):

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from tests.integration.harness import wait_for
+from tests.integration.harness import create_region, wait_for
 from tests.integration.wsclient import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -23,10 +23,7 @@ def fresh(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def region(live):
-    name = "lifecycle"
-    status, body = live.rest("POST", "/api/v1/regions/", live.operator, {"name": name})
-    assert status == 201, body
-    return name
+    return create_region(live, "lifecycle")
 
 
 def put(live, region, key, value):

@@ -8,6 +8,7 @@ import json
 import pytest
 import websockets
 
+from tests.integration.harness import create_region
 from tests.integration.wsclient import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -15,10 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 @pytest.fixture(scope="module")
 def region(live):
-    name = "frames"
-    status, body = live.rest("POST", "/api/v1/regions/", live.operator, {"name": name})
-    assert status == 201, body
-    return name
+    return create_region(live, "frames")
 
 
 def stored(live, region, key):
@@ -32,8 +30,7 @@ def stored(live, region, key):
 async def put_frames(live, region, frames):
     """Send each (key, value, how) and return the answers in order."""
     async with RawClient(live.ws_url("node-1"), live.user) as ws:
-        await ws.send(type="hello")
-        await ws.expect("welcome")
+        await ws.hello()
         for key, value, how in frames:
             text = json.dumps(
                 {"type": "put", "region": region, "key": key, "value": value}
