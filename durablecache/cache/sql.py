@@ -48,6 +48,7 @@ def insert_rows(
     model: Any,
     fields: list[Any],
     rows: Sequence[Sequence[Any]],
+    cursor: Any = None,
 ) -> None:
     """Insert ``rows`` (each the values of ``fields``, in database form; a
     JSON column's value as its JSON text).
@@ -56,20 +57,23 @@ def insert_rows(
     row, each formatted in Python (Django binds parameters on the client),
     which was most of a putall's and a fan-out's time there; COPY's text
     format takes JSON text for ``jsonb`` as it is, as SQLite's text column
-    does. Elsewhere ``executemany``.
+    does. Elsewhere ``executemany``. ``cursor``: the caller's, if it has
+    one open on ``connection``.
     """
     if not rows:
         return
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.executemany(insert_sql(model, fields, connection), rows)
-            return
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(f.column) for f in fields)
-        statement = f"COPY {table(model, connection)} ({columns}) FROM STDIN"
-        with cursor.cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(row)
+    if cursor is None:
+        with connection.cursor() as cursor:
+            return insert_rows(connection, model, fields, rows, cursor)
+    if connection.vendor != "postgresql":
+        cursor.executemany(insert_sql(model, fields, connection), rows)
+        return
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    statement = f"COPY {table(model, connection)} ({columns}) FROM STDIN"
+    with cursor.cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def update_rows(
