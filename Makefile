@@ -72,6 +72,13 @@ bench-growth: install
 	timeout -s INT -k 30 480 $(PY) -m bench.run --rounds 0 --kills 0 \
 	  --budget 450 --failover-reserve 0 --output bench/growth.json
 
+# CPU per put and per replayed event, by process and by Daphne thread, on
+# one node (under a minute). See docs/performance.md.
+.PHONY: bench-split
+bench-split: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	timeout -s INT -k 30 600 $(PY) -m bench.split
+
 # Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
 # prints a table and writes bench/results.json. See docs/performance.md.
 .PHONY: bench
