@@ -70,6 +70,18 @@ class Rest:
         return payload
 
 
+def first_node(cluster: Any, region: str, user: str) -> tuple[str, str, Rest]:
+    """Migrate ``cluster`` (tests.integration.harness.Cluster), start its
+    node-1 and create ``region`` (events not conflated) as the operator
+    ``user``: node-1's websocket URL, the token and a REST client."""
+    cluster.migrate()
+    base = cluster.start_node("node-1")
+    token = cluster.token(user, operator=True)
+    rest = Rest(base, token)
+    rest.ok("POST", "/api/v1/regions/", {"name": region, "conflate_events": False})
+    return cluster.ws_url("node-1"), token, rest
+
+
 def wait_until(predicate: Any, *, timeout: float, interval: float = 0.02) -> float:
     """Poll until predicate() is truthy; return the monotonic time it was."""
     deadline = time.monotonic() + timeout

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import dc, failover, fanout, growth, mqtt
-from bench.common import Rest, daphne_process, rss_settled, summary, wait_until
+from bench.common import (
+    Rest,
+    daphne_process,
+    first_node,
+    rss_settled,
+    summary,
+    wait_until,
+)
 from tests.integration.harness import Cluster, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -129,14 +136,7 @@ class Bench:
         self.close_failures: list[str] = []
 
     def start(self) -> None:
-        self.cluster.migrate()
-        base = self.cluster.start_node("node-1")
-        self.ws_url = self.cluster.ws_url("node-1")
-        self.token = self.cluster.token("bench", operator=True)
-        self.rest = Rest(base, self.token)
-        self.rest.ok(
-            "POST", "/api/v1/regions/", {"name": REGION, "conflate_events": False}
-        )
+        self.ws_url, self.token, self.rest = first_node(self.cluster, REGION, "bench")
         self.node_daphne = daphne_process(self.cluster.nodes["node-1"]["proc"].pid)
         self.mosquitto = mqtt.Mosquitto(self.workdir / "mosquitto", free_port())
 

@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 
 from bench import dc
-from bench.common import Rest, daphne_process
+from bench.common import daphne_process, first_node
 from tests.integration.harness import Cluster
 
 REGION = "split"
@@ -114,15 +114,11 @@ def thread_cpu_s(proc: psutil.Process) -> dict[int, float]:
 
 
 def per_unit(
-    before: dict[Any, float], after: dict[Any, float], units: int
+    before: dict[Any, float], after: dict[Any, float], units: float
 ) -> dict[Any, float]:
     """Microseconds of CPU per unit of work, by key, from two snapshots
     (a key that appeared between them started at zero)."""
-    return {
-        key: (after[key] - before.get(key, 0.0)) / units * 1e6
-        for key in after
-        if units > 0
-    }
+    return {key: (after[key] - before.get(key, 0.0)) / units * 1e6 for key in after}
 
 
 class Node:
@@ -130,14 +126,7 @@ class Node:
 
     def __init__(self, workdir: Path) -> None:
         self.cluster = Cluster(workdir / "cluster")
-        self.cluster.migrate()
-        base = self.cluster.start_node("node-1")
-        self.ws_url = self.cluster.ws_url("node-1")
-        self.token = self.cluster.token("split", operator=True)
-        self.rest = Rest(base, self.token)
-        self.rest.ok(
-            "POST", "/api/v1/regions/", {"name": REGION, "conflate_events": False}
-        )
+        self.ws_url, self.token, self.rest = first_node(self.cluster, REGION, "split")
         root = psutil.Process(self.cluster.nodes["node-1"]["proc"].pid)
         self.procs = [root, *root.children(recursive=True)]
         self.daphne = daphne_process(root.pid)

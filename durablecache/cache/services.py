@@ -92,7 +92,8 @@ def _region(name: str, cursor: Any = None) -> Region:
         with connection.cursor() as cursor:
             return _region(name, cursor)
     cursor.execute(
-        f"SELECT id, conflate_events FROM {_table(Region)} WHERE name = %s",  # noqa: S608
+        f"SELECT id, conflate_events FROM {sql.table(Region, cursor.db)}"  # noqa: S608
+        " WHERE name = %s",
         [name],
     )
     row = cursor.fetchone()
