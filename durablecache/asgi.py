@@ -11,6 +11,7 @@ django.setup(set_prefix=False)
 
 from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
 from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
+from durablecache.frozen_heap import freeze_startup_heap  # noqa: E402
 from durablecache.http import PooledASGIHandler  # noqa: E402
 from durablecache.small_frames import small_frames_without_cffi  # noqa: E402
 
@@ -23,7 +24,7 @@ django_asgi_app = PooledASGIHandler()
 # Imported after the app registry is ready (channels#2068).
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import get_resolver, path  # noqa: E402
 
 from clients.middleware import OriginCheckMiddleware  # noqa: E402
 from clients.routing import websocket_urlpatterns  # noqa: E402
@@ -66,3 +67,8 @@ application = ProtocolTypeRouter(
         "websocket": OriginCheckMiddleware(URLRouter(websocket_routes)),
     }
 )
+
+# The URLconf (the REST views, DRF, drf-spectacular) loads at the first
+# request otherwise; load it now, so that it is frozen with the rest.
+get_resolver().url_patterns  # noqa: B018
+freeze_startup_heap()

@@ -32,9 +32,11 @@ def _say_ready(**_: Any) -> None:
 
     from clients import tasks
     from durablecache import liveness
+    from durablecache.frozen_heap import freeze_startup_heap
 
     tasks.listen_for_fanout(settings.DURABLECACHE_NODE_NAME)
     liveness.mark_ready()
+    freeze_startup_heap()
 
 
 @task_prerun.connect
