@@ -486,7 +486,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         stats.delivered.add(self.node, len(rows))
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
-        """Rows after what was sent; records what was sent in the same trip."""
+        """Rows after what was sent, marked delivered in the same trip
+        (clients.reads), with what was sent if it was not marked yet."""
         sent = self.sent_through
         rows = await reads.batcher().next_batch(
             client_id=self.client.id,

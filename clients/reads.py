@@ -62,11 +62,47 @@ def _run_round(
 def _acks_and_reads(
     asks: list[dict[str, Any]], acks: list[tuple[Any, int]]
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
+    """The round's acks, its reads (one statement) and the marks of what
+    they read, in one node-store transaction: a row is marked delivered
+    before it is handed to its socket, so no fan-out pass can conflate it
+    away (``queue_ack_and_mark_many``). If that fails, the acks and the
+    sockets' earlier marks go alone, and each read on its own after them."""
     marks = {
         ask["client_id"]: ask["sent_through"]
         for ask in asks
         if ask["sent_through"] > ask["marked_through"]
     }
+    shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
+    every: list[list[dict[str, Any]]] = []
+
+    def read() -> dict[Any, int]:
+        every[:] = queue_selectors.queue_events_after_many(
+            [
+                (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
+                for ask in asks
+            ],
+            shared,
+        )
+        return {
+            ask["client_id"]: rows[-1]["seq"]
+            for ask, rows in zip(asks, every, strict=True)
+            if rows
+        }
+
+    try:
+        dropped = queue_services.queue_ack_and_mark_many(
+            acks=acks,
+            marks=marks,
+            read=read if asks else None,
+            reading=[ask["client_id"] for ask in asks],
+        )
+        return [(True, rows) for rows in every], (True, dropped)
+    except Exception:  # below: the acks alone, then each read on its own
+        log.warning(
+            "a round's acks and reads failed together; the acks alone, then each read",
+            exc_info=True,
+        )
+    shared.clear()
     try:
         acked: tuple[bool, Any] = (
             True,
@@ -74,18 +110,6 @@ def _acks_and_reads(
         )
     except Exception as exc:
         return [(False, exc)] * len(asks), (False, exc)
-    shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
-    try:  # one statement for the round's reads
-        every = queue_selectors.queue_events_after_many(
-            [
-                (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
-                for ask in asks
-            ],
-            shared,
-        )
-        return [(True, rows) for rows in every], acked
-    except Exception:  # read each on its own: the failing one fails alone
-        log.warning("a round's reads failed together; reading each", exc_info=True)
     results: list[tuple[bool, Any]] = []
     for ask in asks:
         try:

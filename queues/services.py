@@ -6,7 +6,7 @@ Every function here touches only the ``node`` database alias.
 
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,12 +242,25 @@ def commit_unflushed(connection: Any) -> None:
 
 
 def queue_ack_and_mark_many(
-    *, acks: list[tuple[uuid.UUID, int]], marks: dict[uuid.UUID, int]
+    *,
+    acks: list[tuple[uuid.UUID, int]],
+    marks: dict[uuid.UUID, int],
+    read: Callable[[], Mapping[uuid.UUID, int]] | None = None,
+    reading: Iterable[uuid.UUID] = (),
 ) -> list[int]:
     """Apply many sockets' acks and record their delivered-through marks in
     one transaction (one write lock of the node store instead of one per
     ack: the fan-out's appends wait for each); return the rows each ack
     dropped.
+
+    ``read``, when given, reads the rows the sockets of ``reading`` are
+    about to be sent, inside the transaction and after their heads are
+    locked, and returns each client's last seq read: those are marked
+    delivered in the same commit. Conflation removes only updates after a
+    queue's mark, and the fan-out locks the same heads (on SQLite, the same
+    write lock), so no pass can remove a row between its read and its mark
+    -- marking only after the send, a round later, let the next update's
+    pass remove an update the socket had been sent and not acked.
 
     1. Lock every head row the round changes, in client id order, in one
        statement: the fan-out locks the heads of its batch in that order
@@ -257,18 +270,22 @@ def queue_ack_and_mark_many(
     2. Delete each ack's entries, counted per ack (the counts keep the
        heads' sizes exact): one statement on PostgreSQL, one per ack
        elsewhere.
-    3. Write every changed head at once (``sql.update_rows``: one
+    3. ``read``, and mark what it read.
+    4. Write every changed head at once (``sql.update_rows``: one
        statement on PostgreSQL, where each mark was a statement of its
        own).
     In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
     query on the benchmark machine (docs/performance.md).
     """
-    if not acks and not marks:
+    if not acks and not marks and read is None:
         return []
+    marks = dict(marks)
     connection = connections[NODE_STORE]
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
-        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
+        heads = _lock_marks(
+            cursor, connection, {pk for pk, _ in acks} | set(marks) | set(reading)
+        )
         changed: set[uuid.UUID] = set()
         ranges = _ack_ranges(acks, heads)
         dropped = _delete_acked(cursor, connection, ranges, len(acks))
@@ -276,6 +293,9 @@ def queue_ack_and_mark_many(
             head = heads[client_id]
             head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
             changed.add(client_id)
+        if read is not None:
+            for client_id, through in read().items():
+                marks[client_id] = max(marks.get(client_id, 0), through)
         for client_id, through in marks.items():
             mark = heads.get(client_id)
             if mark is not None and through > mark[1]:

@@ -759,6 +759,25 @@ async def test_conflation_of_updates_queued_while_away(
     assert replayed[0]["op"] == "create"
 
 
+async def test_an_update_sent_and_not_acked_is_not_conflated(session, token, write):
+    # DESIGN: only an update still undelivered is removed by a newer one; a
+    # delivered one stays queued until acked. Each update here is sent
+    # before the next is written, and none is acked.
+    await db(cache_services.region_create)(name="conf", conflate_events=True)
+    sock, _ = await session(token, durable_id="d1")
+    await sock.register(region="conf", keys=["k"], durable=True, policy="none")
+    await sock.ready()
+    for value in (1, 2, 3):
+        await write(cache_services.entry_put, region="conf", key="k", value=value)
+        [event] = await sock.events(1)
+        assert event["version"] == value
+    await sock.drop()
+    sock, welcome = await session(token, durable_id="d1")
+    assert welcome["pending_events"] == 3
+    _, replayed = await sock.ready()
+    assert [e["version"] for e in replayed] == [1, 2, 3]
+
+
 async def test_events_of_a_key_arrive_in_version_order(session, token, region, write):
     sock, _ = await session(token, durable_id="d1")
     await sock.register(all_keys=True, durable=True, policy="none")
