@@ -159,8 +159,6 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.node = settings.DURABLECACHE_NODE_NAME
         self.is_ready = False
         self.sent_through = 0
-        # What the read batcher has recorded of sent_through (clients.reads).
-        self.marked_through = 0
         # The queue head the hub's sweep last woke this socket for.
         self.polled_head = 0
         self.bad_frames = 0
@@ -487,17 +485,13 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
         """Rows after what was sent, marked delivered in the same trip
-        (clients.reads), with what was sent if it was not marked yet."""
-        sent = self.sent_through
-        rows = await reads.batcher().next_batch(
+        (clients.reads)."""
+        return await reads.batcher().next_batch(
             client_id=self.client.id,
-            sent_through=sent,
-            marked_through=self.marked_through,
+            sent_through=self.sent_through,
             limit=limit,
             through=through,
         )
-        self.marked_through = max(self.marked_through, sent)
-        return rows
 
     async def _stop_delivery(self) -> None:
         if self.woken_as is not None:

@@ -66,12 +66,11 @@ def _acks_and_reads(
     they read, in one node-store transaction: a row is marked delivered
     before it is handed to its socket, so no fan-out pass can conflate it
     away (``queue_ack_and_mark_many``). If that fails, the acks and the
-    sockets' earlier marks go alone, and each read on its own after them."""
-    marks = {
-        ask["client_id"]: ask["sent_through"]
-        for ask in asks
-        if ask["sent_through"] > ask["marked_through"]
-    }
+    sockets' earlier marks go alone, and each read on its own after them.
+
+    Every asking socket's ``sent_through`` is a mark: it names the heads to
+    lock, and a head already there is not written again."""
+    marks = {ask["client_id"]: ask["sent_through"] for ask in asks}
     shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
     every: list[list[dict[str, Any]]] = []
 
@@ -94,7 +93,6 @@ def _acks_and_reads(
             acks=acks,
             marks=marks,
             read=read if asks else None,
-            reading=[ask["client_id"] for ask in asks],
         )
         return [(True, rows) for rows in every], (True, dropped)
     except Exception:  # below: the acks alone, then each read on its own
@@ -162,17 +160,15 @@ class ReadBatcher:
         *,
         client_id: Any,
         sent_through: int,
-        marked_through: int,
         limit: int,
         through: int | None = None,
     ) -> list[dict[str, Any]]:
-        """In the next round: record ``sent_through`` as delivered (unless
-        ``marked_through`` has it already), then read up to ``limit`` rows
-        after it (through ``through``) -- one trip for the socket's batch."""
+        """In the next round: read up to ``limit`` rows after
+        ``sent_through`` (through ``through``) and record them delivered --
+        one trip for the socket's batch."""
         ask = {
             "client_id": client_id,
             "sent_through": sent_through,
-            "marked_through": marked_through,
             "limit": limit,
             "through": through,
         }

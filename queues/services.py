@@ -6,7 +6,7 @@ Every function here touches only the ``node`` database alias.
 
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,16 +246,15 @@ def queue_ack_and_mark_many(
     acks: list[tuple[uuid.UUID, int]],
     marks: dict[uuid.UUID, int],
     read: Callable[[], Mapping[uuid.UUID, int]] | None = None,
-    reading: Iterable[uuid.UUID] = (),
 ) -> list[int]:
     """Apply many sockets' acks and record their delivered-through marks in
     one transaction (one write lock of the node store instead of one per
     ack: the fan-out's appends wait for each); return the rows each ack
     dropped.
 
-    ``read``, when given, reads the rows the sockets of ``reading`` are
-    about to be sent, inside the transaction and after their heads are
-    locked, and returns each client's last seq read: those are marked
+    ``read``, when given, reads the rows the sockets of ``marks`` are about
+    to be sent, inside the transaction and after their heads are locked,
+    and returns each client's last seq read: those are marked
     delivered in the same commit. Conflation removes only updates after a
     queue's mark, and the fan-out locks the same heads (on SQLite, the same
     write lock), so no pass can remove a row between its read and its mark
@@ -277,15 +276,13 @@ def queue_ack_and_mark_many(
     In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
     query on the benchmark machine (docs/performance.md).
     """
-    if not acks and not marks and read is None:
+    if not acks and not marks:
         return []
     marks = dict(marks)
     connection = connections[NODE_STORE]
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
-        heads = _lock_marks(
-            cursor, connection, {pk for pk, _ in acks} | set(marks) | set(reading)
-        )
+        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
         changed: set[uuid.UUID] = set()
         ranges = _ack_ranges(acks, heads)
         dropped = _delete_acked(cursor, connection, ranges, len(acks))
