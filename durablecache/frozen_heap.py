@@ -4,7 +4,7 @@ A full collection (generation 2) walks every object the collector tracks,
 and a node's processes track hundreds of thousands that live as long as the
 process: Django, DRF, Channels, Twisted, Celery, their modules, classes and
 settings. Under the live fan-out (100 sockets, 100 writes/s) Daphne ran one
-every ~3.5 s, each **44 to 50 ms with the GIL held**: the event loop sent
+every 2 to 4 s, each **44 to 50 ms with the GIL held**: the event loop sent
 nothing meanwhile, and its database thread, if it was inside a node-store
 transaction, kept SQLite's write lock that long, so the worker's fan-out
 waited too (docs/performance.md). ``gc.freeze()`` moves every object

@@ -1,7 +1,38 @@
 """Assertions and set-ups shared by the tests."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from clients import services
 from clients.matching import parse_selector
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(args, data_dir):
+    """``python *args`` in a fresh process at the repository's root, on the
+    embedded defaults with its files under ``data_dir`` (none of this
+    process's project settings)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DURABLECACHE_", "DJANGO_", "PYTEST"))
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="durablecache.settings",
+        DURABLECACHE_DATA_DIR=str(data_dir),
+    )
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def assert_error(response, status, code=None):

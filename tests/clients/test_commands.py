@@ -9,6 +9,7 @@ from rest_framework.authtoken.models import Token
 
 from clients import services
 from clients.models import DurableClient
+from tests.helpers import run_python
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -44,24 +45,6 @@ def test_durable_list_show_and_close(user):
 
 def test_every_command_loads_in_a_fresh_process(tmp_path):
     """Each command imports cleanly on its own (no import cycle at startup)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLECACHE_")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="durablecache.settings",
-        DURABLECACHE_DATA_DIR=str(tmp_path),
-    )
     for command in ("durable", "issue_token", "runnode", "runcluster"):
-        result = subprocess.run(
-            [sys.executable, str(root / "manage.py"), command, "--help"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_python(["manage.py", command, "--help"], tmp_path)
         assert result.returncode == 0, result.stderr
