@@ -45,9 +45,9 @@ def _run_round(
     acks: list[tuple[Any, int]],
     releases: list[tuple[Any, str, bool]],
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any], tuple[bool, Any]]:
-    """The database thread's side: apply the acks and record what every
-    socket sent, in one transaction; read every socket's next rows in one
-    statement (if that fails, each read on its own: one failing does not
+    """The database thread's side: read every socket's next rows in one
+    statement, then apply the acks and mark what may conflate in one
+    transaction (if that fails, each read on its own: one failing does not
     fail the others); then release the ended sockets' clients."""
     results, acked = _acks_and_reads(asks, acks)
     released: tuple[bool, Any] = (True, 0)
@@ -62,38 +62,48 @@ def _run_round(
 def _acks_and_reads(
     asks: list[dict[str, Any]], acks: list[tuple[Any, int]]
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
-    """The round's acks, its reads (one statement) and the marks of what
-    they read, in one node-store transaction: a row is marked delivered
+    """The round's reads (one statement), then its acks and the marks of
+    what it read that may conflate, in one node-store transaction. If that
+    fails, the acks go alone, and each read on its own after them.
+
+    A row that may conflate (``QueueEntry.conflates``) is marked delivered
     before it is handed to its socket, so no fan-out pass can conflate it
-    away (``queue_ack_and_mark_many``). If that fails, the acks and the
-    sockets' earlier marks go alone, and each read on its own after them.
-
-    Every asking socket's ``sent_through`` is a mark: it names the heads to
-    lock, and a head already there is not written again."""
-    marks = {ask["client_id"]: ask["sent_through"] for ask in asks}
+    away: a socket whose read found one reads again inside the transaction,
+    its head locked, and the mark commits with that read
+    (``queue_ack_and_mark_many``). Every other read is all the round does:
+    without a transaction and without a lock. Every read was once made
+    inside the marking transaction, which on PostgreSQL locked 100 heads
+    per round that the fan-out then waited for, and on SQLite took the
+    write lock (docs/performance.md, "Reads without marks").
+    """
     shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
-    every: list[list[dict[str, Any]]] = []
-
-    def read() -> dict[Any, int]:
-        every[:] = queue_selectors.queue_events_after_many(
-            [
-                (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
-                for ask in asks
-            ],
-            shared,
-        )
-        return {
-            ask["client_id"]: rows[-1]["seq"]
-            for ask, rows in zip(asks, every, strict=True)
-            if rows
-        }
-
+    reads = [
+        (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
+        for ask in asks
+    ]
     try:
-        dropped = queue_services.queue_ack_and_mark_many(
-            acks=acks,
-            marks=marks,
-            read=read if asks else None,
-        )
+        found = queue_selectors.queue_reads_after_many(reads, shared) if asks else []
+        every = [events for events, _ in found]
+        again = [i for i, (_, conflates) in enumerate(found) if conflates]
+
+        def read() -> dict[Any, int]:
+            reread = queue_selectors.queue_events_after_many(
+                [reads[i] for i in again], shared
+            )
+            marks = {}
+            for i, rows in zip(again, reread, strict=True):
+                every[i] = rows
+                if rows:
+                    marks[reads[i][0]] = rows[-1]["seq"]
+            return marks
+
+        dropped: list[int] = []
+        if acks or again:
+            dropped = queue_services.queue_ack_and_mark_many(
+                acks=acks,
+                marking=[reads[i][0] for i in again],
+                read=read if again else None,
+            )
         return [(True, rows) for rows in every], (True, dropped)
     except Exception:  # below: the acks alone, then each read on its own
         log.warning(
@@ -104,7 +114,7 @@ def _acks_and_reads(
     try:
         acked: tuple[bool, Any] = (
             True,
-            queue_services.queue_ack_and_mark_many(acks=acks, marks=marks),
+            queue_services.queue_ack_and_mark_many(acks=acks),
         )
     except Exception as exc:
         return [(False, exc)] * len(asks), (False, exc)

@@ -2,7 +2,7 @@
 
 A node reads and writes only its own store; a copy on another host is
 filled by tasks (``clients.replication``). A field added to QueueEntry
-must be added to ``queues.services._PreparedEvents`` (columns in field
+must be added to ``queues.services._append``'s rows (columns in field
 order), ``queues.selectors.queue_events_after`` and ``entry_to_event``,
 and the copy format (``queues.selectors.entry_to_copy``).
 """
@@ -46,13 +46,24 @@ class QueueEntry(models.Model):
     value = models.JSONField(null=True)
     version = models.BigIntegerField(null=True)
     ts = models.DateTimeField()
+    # Whether a later update of the key may remove this row while it is
+    # undelivered (an update, in the queue's conflation mode; set when it
+    # is queued). Only such rows are marked delivered when read, and only
+    # they are in the index conflation looks them up by.
+    conflates = models.BooleanField(default=False)
 
     class Meta:
         verbose_name_plural = "queue entries"
         constraints = [
             models.UniqueConstraint(fields=["queue", "seq"], name="queue_entry_seq")
         ]
-        indexes = [models.Index(fields=["queue", "region", "key"])]
+        indexes = [
+            models.Index(
+                fields=["queue", "region", "key"],
+                condition=models.Q(conflates=True),
+                name="queue_entry_conflates",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.queue_id}#{self.seq} {self.op}"

@@ -45,7 +45,10 @@ def queue_entries_after(
     return list(qs.order_by("seq")[:limit])
 
 
-_EVENT_COLUMNS = ("event_id", "seq", "region", "key", "op", "value", "version", "ts")
+# An event's columns, then the row's ``conflates`` (read, not sent).
+_EVENT_COLUMNS = (
+    "event_id", "seq", "region", "key", "op", "value", "version", "ts", "conflates"
+)  # fmt: skip
 
 
 # ISO-8601 in UTC with a Z, as ts_text writes it for SQLite's stored text.
@@ -164,9 +167,19 @@ def queue_events_after_many(
     socket was 100 statements a round with 100 live sockets, each with its
     round trip on PostgreSQL (docs/performance.md).
     """
+    return [events for events, _ in queue_reads_after_many(reads, shared)]
+
+
+def queue_reads_after_many(
+    reads: list[tuple[uuid.UUID, int, int, int | None]],
+    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
+) -> list[tuple[list[dict[str, Any]], bool]]:
+    """``queue_events_after_many``, each read's events with whether any of
+    them may conflate (``QueueEntry.conflates``): only those reads need
+    their rows marked delivered (``clients.reads``)."""
     if shared is None:
         shared = {}
-    results: list[list[dict[str, Any]]] = []
+    results: list[tuple[list[dict[str, Any]], bool]] = []
     for chunk in sql.chunks(reads, READS_PER_STATEMENT):
         results.extend(_read_chunk(list(chunk), shared))
     return results
@@ -175,7 +188,7 @@ def queue_events_after_many(
 def _read_chunk(
     reads: list[tuple[uuid.UUID, int, int, int | None]],
     shared: dict[tuple[str, int], dict[str, Any]],
-) -> list[list[dict[str, Any]]]:
+) -> list[tuple[list[dict[str, Any]], bool]]:
     connection = connections[NODE_STORE]
     queue_field = QueueEntry._meta.get_field("queue")
     queue_ids = [queue_field.get_db_prep_value(r[0], connection) for r in reads]
@@ -202,7 +215,10 @@ def _read_chunk(
     found: list[list[tuple[Any, ...]]] = [[] for _ in reads]
     for row in rows:
         found[row[0]].append(row[1:])
-    return [_events(sorted(got, key=lambda r: r[1]), shared) for got in found]
+    return [
+        (_events(sorted(got, key=lambda r: r[1]), shared), any(r[8] for r in got))
+        for got in found
+    ]
 
 
 # The upper bound of an unbounded read in the PostgreSQL statement (bigint).
@@ -244,7 +260,7 @@ def _events(
     for row in rows:
         event = shared.get((row[0], row[1]))
         if event is None:
-            event_id, seq, region, key, op, value, version, ts = row
+            event_id, seq, region, key, op, value, version, ts, _ = row
             event = shared[event_id, seq] = {
                 "id": event_id,
                 "seq": seq,
@@ -313,6 +329,7 @@ def entry_to_copy(entry: QueueEntry) -> dict[str, Any]:
         "value": entry.value,
         "version": entry.version,
         "ts": entry.ts.isoformat(),
+        "conflates": entry.conflates,
     }
 
 

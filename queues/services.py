@@ -6,7 +6,7 @@ Every function here touches only the ``node`` database alias.
 
 import functools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from durablecache.cache import sql
-from durablecache.cache.selectors import LoggedEvent
+from durablecache.cache.selectors import LoggedEvent, region_names_conflating
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -34,7 +34,8 @@ def _conflates(state: Any, event: Any) -> bool:
 def queue_ensure(
     *, client_id: uuid.UUID, durable_id: str | None, conflate: str
 ) -> QueueState:
-    """Create the client's queue on this node if missing; update its mode."""
+    """Create the client's queue on this node if missing; update its mode
+    (and, with it, which of its queued updates may conflate)."""
     with transaction.atomic(using=NODE_STORE):
         state, created = QueueState.objects.select_for_update().get_or_create(
             client_id=client_id,
@@ -43,7 +44,23 @@ def queue_ensure(
         if not created and state.conflate != conflate:
             state.conflate = conflate
             state.save(update_fields=["conflate"])
+            _classify_updates(client_id, conflate)
     return state
+
+
+def _classify_updates(client_id: uuid.UUID, conflate: str) -> None:
+    """Set ``conflates`` on every update queued for the client as its mode
+    ``conflate`` has it (a mode changed by a ``hello``: an update queued
+    before may conflate now, or no longer). Mode "server" follows each
+    update's region, whose ``conflate_events`` never changes."""
+    updates = QueueEntry.objects.filter(queue_id=client_id, op="update")
+    if conflate == "server":
+        updates.update(conflates=False)
+        updates.filter(region__in=list(region_names_conflating())).update(
+            conflates=True
+        )
+    else:
+        updates.update(conflates=conflate == "true")
 
 
 def queue_append_many(
@@ -79,8 +96,15 @@ def queue_append_many(
 # bulk_update spent more time compiling (per-value expressions, a CASE per
 # row) than the database spent running them (py-spy, 100 live sockets).
 _ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
-# Rows are [queue, *LoggedEvent up to its version, ts].
-_ROW_COLUMNS = ["queue", *LoggedEvent._fields[:5], "value", "version", "ts"]
+# Rows are [queue, *LoggedEvent up to its version, ts, conflates].
+_ROW_COLUMNS = [
+    "queue",
+    *LoggedEvent._fields[:5],
+    "value",
+    "version",
+    "ts",
+    "conflates",
+]
 assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 
@@ -187,13 +211,14 @@ def _append(
             continue
         state.last_seq = event.seq
         ident = (event.region, event.key)
-        if _conflates(state, event):
+        conflates = _conflates(state, event)
+        if conflates:
             if ident in pending_update:
                 new[pending_update[ident]] = None
             else:
                 deleted += _drop_undelivered_update(state, queue, event)
             pending_update[ident] = len(new)
-        new.append([queue, *prepared(event)])
+        new.append([queue, *prepared(event), conflates])
     if not new:
         return None
     rows = [row for row in new if row is not None]
@@ -202,13 +227,15 @@ def _append(
 
 
 def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
-    """Conflation: delete the queued, undelivered update of the event's key."""
+    """Conflation: delete the queued, undelivered update of the event's key.
+    The condition on ``conflates`` is the partial index's, as its migration
+    writes it: the index serves only a statement that states it."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {_table(QueueEntry)} WHERE queue_id = %s"  # noqa: S608
-            f" AND region = %s AND {quote('key')} = %s AND op = 'update'"
+            f" AND region = %s AND {quote('key')} = %s AND {quote('conflates')}"
             f" AND {quote('seq')} > %s",
             [queue, event.region, event.key, state.delivered_through],
         )
@@ -217,7 +244,7 @@ def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
 
 def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
     """Drop every entry with seq <= up_to; return how many went."""
-    return queue_ack_and_mark_many(acks=[(client_id, up_to)], marks={})[0]
+    return queue_ack_and_mark_many(acks=[(client_id, up_to)])[0]
 
 
 def commit_unflushed(connection: Any) -> None:
@@ -244,22 +271,24 @@ def commit_unflushed(connection: Any) -> None:
 def queue_ack_and_mark_many(
     *,
     acks: list[tuple[uuid.UUID, int]],
-    marks: dict[uuid.UUID, int],
+    marking: Collection[uuid.UUID] = (),
     read: Callable[[], Mapping[uuid.UUID, int]] | None = None,
 ) -> list[int]:
-    """Apply many sockets' acks and record their delivered-through marks in
-    one transaction (one write lock of the node store instead of one per
+    """Apply many sockets' acks and record what ``read`` reads delivered,
+    in one transaction (one write lock of the node store instead of one per
     ack: the fan-out's appends wait for each); return the rows each ack
     dropped.
 
-    ``read``, when given, reads the rows the sockets of ``marks`` are about
-    to be sent, inside the transaction and after their heads are locked,
-    and returns each client's last seq read: those are marked
-    delivered in the same commit. Conflation removes only updates after a
-    queue's mark, and the fan-out locks the same heads (on SQLite, the same
-    write lock), so no pass can remove a row between its read and its mark
-    -- marking only after the send, a round later, let the next update's
-    pass remove an update the socket had been sent and not acked.
+    ``read``, when given, reads the rows the sockets of the clients
+    ``marking`` are about to be sent, inside the transaction and after
+    their heads are locked, and returns each client's last seq read: those
+    are marked delivered in the same commit. Conflation removes only
+    updates after a queue's mark, and the fan-out locks the same heads (on
+    SQLite, the same write lock), so no pass can remove a row between its
+    read and its mark -- marking only after the send, a round later, let
+    the next update's pass remove an update the socket had been sent and
+    not acked. (Reads of rows that cannot conflate need no mark, and no
+    lock: ``clients.reads`` makes them outside any transaction.)
 
     1. Lock every head row the round changes, in client id order, in one
        statement: the fan-out locks the heads of its batch in that order
@@ -276,13 +305,12 @@ def queue_ack_and_mark_many(
     In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
     query on the benchmark machine (docs/performance.md).
     """
-    if not acks and not marks:
+    if not acks and read is None:
         return []
-    marks = dict(marks)
     connection = connections[NODE_STORE]
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
-        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marks))
+        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marking))
         changed: set[uuid.UUID] = set()
         ranges = _ack_ranges(acks, heads)
         dropped = _delete_acked(cursor, connection, ranges, len(acks))
@@ -290,9 +318,7 @@ def queue_ack_and_mark_many(
             head = heads[client_id]
             head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
             changed.add(client_id)
-        if read is not None:
-            for client_id, through in read().items():
-                marks[client_id] = max(marks.get(client_id, 0), through)
+        marks = read() if read is not None else {}
         for client_id, through in marks.items():
             mark = heads.get(client_id)
             if mark is not None and through > mark[1]:
@@ -424,7 +450,7 @@ def _ack_locked(state: QueueState, up_to: int) -> int:
 
 def queue_ack_many(acks: dict[uuid.UUID, int]) -> int:
     """Apply acknowledgements relayed from a primary; return rows dropped."""
-    return sum(queue_ack_and_mark_many(acks=list(acks.items()), marks={}))
+    return sum(queue_ack_and_mark_many(acks=list(acks.items())))
 
 
 def queue_adopt(
@@ -495,7 +521,9 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
                 ).values_list("seq", flat=True)
             )
             rows = [
-                _entry_from_copy(state, e) for e in wanted if e["seq"] not in present
+                _entry_from_copy(state, e, page["conflate"])
+                for e in wanted
+                if e["seq"] not in present
             ]
             QueueEntry.objects.bulk_create(rows)
             state.size += len(rows)
@@ -508,7 +536,9 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
     return state.is_synced
 
 
-def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
+def _entry_from_copy(
+    state: QueueState, data: dict[str, Any], conflate: str
+) -> QueueEntry:
     ts = parse_datetime(data["ts"])
     if ts is None:
         raise ValueError(f"bad timestamp in a queue copy: {data['ts']!r}")
@@ -522,6 +552,10 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         value=data["value"],
         version=data["version"],
         ts=ts,
+        # A page from a node older than the column: an update may conflate
+        # unless the queue never does (in mode "server" its region decides,
+        # which the page does not say; a mark too many is harmless).
+        conflates=data.get("conflates", data["op"] == "update" and conflate != "false"),
     )
 
 

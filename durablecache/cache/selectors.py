@@ -37,6 +37,13 @@ def region_names_existing(names: list[str]) -> set[str]:
     return set(Region.objects.filter(name__in=names).values_list("name", flat=True))
 
 
+def region_names_conflating() -> list[str]:
+    """The regions whose events conflate (``conflate_events``)."""
+    return list(
+        Region.objects.filter(conflate_events=True).values_list("name", flat=True)
+    )
+
+
 def entry_get(*, region: str, key: str) -> Entry:
     reg = region_get(name=region)
     entry = Entry.objects.filter(region=reg, key=key, is_destroyed=False).first()

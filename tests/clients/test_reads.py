@@ -3,22 +3,30 @@
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import transaction
 from django.utils import timezone
 
 from clients import reads, services
 from clients.models import DurableClient
+from durablecache.cache.models import Event
+from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
+from queues import services as queue_services
 from queues.models import QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
 
-def _queue(n_events: int) -> uuid.UUID:
+def _queue(n_events: int, *, conflates: bool = False) -> uuid.UUID:
+    """A queue of ``n_events`` creates, or of updates that may conflate."""
     client_id = uuid.uuid4()
-    state = QueueState.objects.create(client_id=client_id, conflate="false")
+    state = QueueState.objects.create(
+        client_id=client_id, conflate="true" if conflates else "false"
+    )
     for seq in range(1, n_events + 1):
         QueueEntry.objects.create(
             queue=state,
@@ -26,10 +34,11 @@ def _queue(n_events: int) -> uuid.UUID:
             event_id=uuid.uuid4().hex,
             region="r",
             key=f"k{seq}",
-            op="create",
+            op="update" if conflates else "create",
             value={"n": seq},
             version=1,
             ts=timezone.now(),
+            conflates=conflates,
         )
     state.last_seq = state.size = n_events
     state.save()
@@ -50,9 +59,26 @@ def _counted_rounds(monkeypatch, part: int) -> list[int]:
     return rounds
 
 
-async def test_asks_that_arrive_together_share_one_round(monkeypatch):
-    ids = [await database_sync_to_async(_queue)(3) for _ in range(5)]
+def _counted_transactions(monkeypatch) -> list[tuple[list[Any], list[Any]]]:
+    """Record each ``queue_ack_and_mark_many`` as (sorted acks, marking)."""
+    transactions: list[tuple[list[Any], list[Any]]] = []
+    real = reads.queue_services.queue_ack_and_mark_many
+
+    def counting(*, acks, marking=(), **kwargs):
+        transactions.append((sorted(acks), sorted(marking)))
+        return real(acks=acks, marking=marking, **kwargs)
+
+    monkeypatch.setattr(reads.queue_services, "queue_ack_and_mark_many", counting)
+    return transactions
+
+
+@pytest.mark.parametrize("conflates", [True, False])
+async def test_asks_that_arrive_together_share_one_round(monkeypatch, conflates):
+    ids = [
+        await database_sync_to_async(_queue)(3, conflates=conflates) for _ in range(5)
+    ]
     rounds = _counted_rounds(monkeypatch, 0)
+    transactions = _counted_transactions(monkeypatch)
     batcher = reads.ReadBatcher()
     results = await asyncio.gather(
         *(batcher.next_batch(client_id=pk, sent_through=1, limit=10) for pk in ids)
@@ -69,13 +95,19 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch):
             )
         )
     )()
-    # What a round reads is marked delivered in its transaction, before the
-    # rows reach their sockets: no fan-out pass can conflate them away.
-    assert delivered == [3] * 5
+    if conflates:
+        # What a round reads is marked delivered in its transaction, before
+        # the rows reach their sockets: no fan-out pass can conflate them.
+        assert delivered == [3] * 5
+        assert transactions == [([], sorted(ids))]
+    else:
+        # Rows that cannot conflate need no mark: no transaction, no lock.
+        assert delivered == [0] * 5
+        assert transactions == []
 
 
 async def test_a_mark_already_recorded_is_not_written_again():
-    pk = await database_sync_to_async(_queue)(4)
+    pk = await database_sync_to_async(_queue)(4, conflates=True)
     await database_sync_to_async(QueueState.objects.filter(pk=pk).update)(
         delivered_through=3
     )
@@ -100,7 +132,7 @@ async def test_one_failing_read_fails_only_its_socket(monkeypatch):
         raise RuntimeError("the round's statement failed")
 
     monkeypatch.setattr(reads.queue_selectors, "queue_events_after", failing)
-    monkeypatch.setattr(reads.queue_selectors, "queue_events_after_many", all_at_once)
+    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", all_at_once)
     batcher = reads.ReadBatcher()
     ok, failed = await asyncio.gather(
         batcher.next_batch(client_id=good, sent_through=0, limit=5),
@@ -133,15 +165,11 @@ async def test_a_socket_that_stops_waiting_does_not_stop_the_round():
 async def test_acks_and_reads_that_arrive_together_share_one_transaction(
     monkeypatch,
 ):
-    ids = [await database_sync_to_async(_queue)(4) for _ in range(3)]
-    transactions = []
-    real = reads.queue_services.queue_ack_and_mark_many
-
-    def counting(*, acks, marks, **kwargs):
-        transactions.append((sorted(acks), dict(marks)))
-        return real(acks=acks, marks=marks, **kwargs)
-
-    monkeypatch.setattr(reads.queue_services, "queue_ack_and_mark_many", counting)
+    ids = [
+        await database_sync_to_async(_queue)(4, conflates=conflates)
+        for conflates in (False, False, True)
+    ]
+    transactions = _counted_transactions(monkeypatch)
     batcher = reads.ReadBatcher()
     dropped, _, rows = await asyncio.gather(
         batcher.ack(client_id=ids[0], up_to=2),
@@ -149,7 +177,7 @@ async def test_acks_and_reads_that_arrive_together_share_one_transaction(
         batcher.next_batch(client_id=ids[2], sent_through=3, limit=5),
     )
     assert len(transactions) == 1
-    assert transactions[0] == (sorted([(ids[0], 2), (ids[1], 4)]), {ids[2]: 3})
+    assert transactions[0] == (sorted([(ids[0], 2), (ids[1], 4)]), [ids[2]])
     assert dropped == 2
     assert [row["seq"] for row in rows] == [4]
 
@@ -168,6 +196,51 @@ async def test_acks_and_reads_that_arrive_together_share_one_transaction(
     assert await database_sync_to_async(state)(ids[2]) == (0, 4, 4, [1, 2, 3, 4])
 
 
+async def test_a_read_that_may_conflate_is_read_again_under_the_lock(monkeypatch):
+    # Between a round's first read (no lock) and its transaction a fan-out
+    # pass queues a newer update of the key, which removes the one read
+    # (it was not marked yet): the socket gets what the locked read finds,
+    # and that is what is marked delivered.
+    pk = await database_sync_to_async(_queue)(1, conflates=True)
+    real = reads.queue_services.queue_ack_and_mark_many
+
+    def newer_update_first(**kwargs):
+        newer = Event(
+            seq=2,
+            event_id=uuid.uuid4().hex,
+            region="r",
+            key="k1",
+            op="update",
+            value={"n": 2},
+            version=2,
+            conflate=True,
+            ts=timezone.now(),
+        )
+        with transaction.atomic(using="node"):
+            queue_services.queue_append_many({pk: [LoggedEvent.of(newer)]})
+        return real(**kwargs)
+
+    monkeypatch.setattr(
+        reads.queue_services, "queue_ack_and_mark_many", newer_update_first
+    )
+    rows = await reads.ReadBatcher().next_batch(client_id=pk, sent_through=0, limit=5)
+    assert [(row["seq"], json.loads(row["value_json"])) for row in rows] == [
+        (2, {"n": 2})
+    ]
+
+    def state():
+        s = QueueState.objects.get(pk=pk)
+        return (
+            s.delivered_through,
+            s.size,
+            sorted(
+                QueueEntry.objects.filter(queue_id=pk).values_list("seq", flat=True)
+            ),
+        )
+
+    assert await database_sync_to_async(state)() == (2, 1, [2])
+
+
 async def test_an_ack_at_or_below_the_last_one_drops_nothing():
     pk = await database_sync_to_async(_queue)(3)
     batcher = reads.ReadBatcher()
@@ -179,7 +252,7 @@ async def test_an_ack_at_or_below_the_last_one_drops_nothing():
 async def test_a_failed_ack_transaction_fails_its_acks_and_reads(monkeypatch):
     pk = await database_sync_to_async(_queue)(2)
 
-    def failing(*, acks, marks, **kwargs):
+    def failing(*, acks, **kwargs):
         raise RuntimeError("database gone")
 
     monkeypatch.setattr(reads.queue_services, "queue_ack_and_mark_many", failing)

@@ -7,6 +7,7 @@ from clients.matching import parse_selector
 from durablecache.cache import services as cache_services
 from queues import selectors as queue_selectors
 from queues import services as queue_services
+from queues.models import QueueEntry
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -56,3 +57,75 @@ def test_conflation_create_plus_four_updates(user):
     assert queue_selectors.queue_size(client_id=other.id) == 5
     queue_services.queue_ack(client_id=other.id, up_to=3)
     assert queue_selectors.queue_size(client_id=other.id) == 2
+
+
+def _flags(client_id):
+    """Each queued row as (region, op, version, conflates), in seq order."""
+    return list(
+        QueueEntry.objects.filter(queue_id=client_id)
+        .order_by("seq")
+        .values_list("region", "op", "version", "conflates")
+    )
+
+
+def _interested(client, *regions):
+    for name in regions:
+        services.interest_register(
+            client=client,
+            region=name,
+            selector=parse_selector({"all_keys": True}),
+            is_durable=True,
+            policy="none",
+        )
+
+
+def test_queued_rows_say_whether_they_may_conflate(user, region):
+    cache_services.region_create(name="c", conflate_events=True)
+    client = _hello(user, "server-mode").client
+    _interested(client, "c", "prices")
+    for name in ("c", "prices"):
+        cache_services.entry_put(region=name, key="k", value=1)
+        cache_services.entry_put(region=name, key="k", value=2)
+    cache_services.entry_destroy(region="c", key="k")
+    fanout.fanout_node("node-1")
+    # Only an update in a conflating mode may go; a create or destroy never.
+    assert _flags(client.id) == [
+        ("c", "create", 1, False),
+        ("c", "update", 2, True),
+        ("prices", "create", 1, False),
+        ("prices", "update", 2, False),
+        ("c", "destroy", 3, False),
+    ]
+
+
+def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
+    cache_services.region_create(name="c", conflate_events=True)
+    client = _hello(user, "changes").client
+    _interested(client, "c", "prices")
+    for name in ("c", "prices"):
+        cache_services.entry_put(region=name, key="k", value=1)
+        cache_services.entry_put(region=name, key="k", value=2)
+    fanout.fanout_node("node-1")
+
+    def updates():
+        return [flag for _, op, _, flag in _flags(client.id) if op == "update"]
+
+    def again(conflate):
+        services.client_disconnected(client_id=client.id, channel_name="ch-1")
+        _hello(user, "changes", conflate=conflate)
+
+    assert updates() == [True, False]
+    again(False)
+    assert updates() == [False, False]
+    again(True)
+    assert updates() == [True, True]
+    # In mode "true" the update of the region that does not conflate goes
+    # when the next one of its key is queued.
+    cache_services.entry_put(region="prices", key="k", value=3)
+    fanout.fanout_node("node-1")
+    assert [(r, v) for r, op, v, _ in _flags(client.id) if op == "update"] == [
+        ("c", 2),
+        ("prices", 3),
+    ]
+    again("server")
+    assert updates() == [True, False]

@@ -196,6 +196,7 @@ def test_copy_page_pages_by_limit_with_next_after_and_done():
         "value": {"n": 4},
         "version": 4,
         "ts": first["entries"][0]["ts"],
+        "conflates": False,
     }
     # A full page is not the last, even when it reaches upto.
     second = get(6)
@@ -363,14 +364,36 @@ def test_a_round_counts_each_ack_even_when_a_client_acks_twice():
     first = source_queue([1, 2, 3, 4, 5])
     second = source_queue([2, 5, 6])
     twice = queue_services.queue_ack_and_mark_many(
-        acks=[(first, 2), (second, 5), (first, 4), (first, 3)], marks={second: 6}
+        acks=[(first, 2), (second, 5), (first, 4), (first, 3)],
+        marking=[second],
+        read=lambda: {second: 6},
     )
     assert twice == [2, 2, 2, 0]
     once = queue_services.queue_ack_and_mark_many(
-        acks=[(first, 5), (second, 6), (uuid.uuid4(), 1)], marks={}
+        acks=[(first, 5), (second, 6), (uuid.uuid4(), 1)]
     )
     assert once == [1, 1, 0]
     assert rows(first) == rows(second) == []
     sizes = queue_selectors.queue_sizes()
     assert (sizes[first], sizes[second]) == (0, 0)
     assert queue_selectors.queue_acked_through()[second] == 6
+
+
+def test_copy_in_keeps_which_rows_may_conflate():
+    set_cursor(9)
+    copy = adopt()
+    updates = [{**entry(s), "op": "update"} for s in (3, 5)]
+    sent = page([*updates, entry(7)], next_after=7)
+    sent["conflate"] = "true"
+    sent["entries"][0]["conflates"] = True
+    # A page from a node older than the column says nothing: an update may
+    # conflate unless the queue never does.
+    del sent["entries"][1]["conflates"]
+    del sent["entries"][2]["conflates"]
+    queue_services.queue_copy_in(client_id=copy.pk, page=sent)
+    stored = QueueEntry.objects.filter(queue_id=copy.pk).order_by("seq")
+    assert list(stored.values_list("seq", "conflates")) == [
+        (3, True),
+        (5, True),
+        (7, False),
+    ]
