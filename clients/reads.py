@@ -25,6 +25,7 @@ before it ended stays acked).
 import asyncio
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from channels.db import database_sync_to_async as db
@@ -64,7 +65,8 @@ def _acks_and_reads(
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
     """The round's reads (one statement), then its acks and the marks of
     what it read that may conflate, in one node-store transaction. If that
-    fails, the acks go alone, and each read on its own after them.
+    fails, the acks go alone, and each read on its own after them (one
+    that may conflate marked in a transaction of its own).
 
     A row that may conflate (``QueueEntry.conflates``) is marked delivered
     before it is handed to its socket, so no fan-out pass can conflate it
@@ -85,24 +87,12 @@ def _acks_and_reads(
         found = queue_selectors.queue_reads_after_many(reads, shared) if asks else []
         every = [events for events, _ in found]
         again = [i for i, (_, conflates) in enumerate(found) if conflates]
-
-        def read() -> dict[Any, int]:
-            reread = queue_selectors.queue_events_after_many(
-                [reads[i] for i in again], shared
-            )
-            marks = {}
-            for i, rows in zip(again, reread, strict=True):
-                every[i] = rows
-                if rows:
-                    marks[reads[i][0]] = rows[-1]["seq"]
-            return marks
-
         dropped: list[int] = []
         if acks or again:
             dropped = queue_services.queue_ack_and_mark_many(
                 acks=acks,
                 marking=[reads[i][0] for i in again],
-                read=read if again else None,
+                read=_read_again(reads, again, every, shared) if again else None,
             )
         return [(True, rows) for rows in every], (True, dropped)
     except Exception:  # below: the acks alone, then each read on its own
@@ -119,19 +109,45 @@ def _acks_and_reads(
     except Exception as exc:
         return [(False, exc)] * len(asks), (False, exc)
     results: list[tuple[bool, Any]] = []
-    for ask in asks:
+    for one in reads:
         try:
-            rows = queue_selectors.queue_events_after(
-                client_id=ask["client_id"],
-                after=ask["sent_through"],
-                limit=ask["limit"],
-                through=ask["through"],
-                shared=shared,
-            )
+            ((rows, conflates),) = queue_selectors.queue_reads_after_many([one], shared)
+            if conflates:  # marked as in a round, in a transaction of its own
+                every = [rows]
+                queue_services.queue_ack_and_mark_many(
+                    acks=[],
+                    marking=[one[0]],
+                    read=_read_again([one], [0], every, shared),
+                )
+                rows = every[0]
             results.append((True, rows))
         except Exception as exc:  # handed to the asking socket
             results.append((False, exc))
     return results, acked
+
+
+def _read_again(
+    reads: list[tuple[Any, int, int, int | None]],
+    indexes: list[int],
+    every: list[list[dict[str, Any]]],
+    shared: dict[tuple[str, int], dict[str, Any]],
+) -> Callable[[], dict[Any, int]]:
+    """The ``read`` of a marking transaction: read ``reads[i]`` again for
+    each i of ``indexes``, its heads locked, the rows into ``every[i]``;
+    return each client's last seq read, to mark delivered."""
+
+    def read() -> dict[Any, int]:
+        again = queue_selectors.queue_events_after_many(
+            [reads[i] for i in indexes], shared
+        )
+        marks = {}
+        for i, rows in zip(indexes, again, strict=True):
+            every[i] = rows
+            if rows:
+                marks[reads[i][0]] = rows[-1]["seq"]
+        return marks
+
+    return read
 
 
 class ReadBatcher:

@@ -121,18 +121,14 @@ async def test_a_mark_already_recorded_is_not_written_again():
 async def test_one_failing_read_fails_only_its_socket(monkeypatch):
     good = await database_sync_to_async(_queue)(2)
     bad = uuid.uuid4()
-    real = reads.queue_selectors.queue_events_after
+    real = reads.queue_selectors.queue_reads_after_many
 
-    def failing(**kwargs):
-        if kwargs["client_id"] == bad:
-            raise RuntimeError("boom")
-        return real(**kwargs)
+    def failing(reads_, shared=None):
+        if any(client_id == bad for client_id, *_ in reads_):
+            raise RuntimeError("boom")  # the round's statement, then bad's own
+        return real(reads_, shared)
 
-    def all_at_once(reads_, shared=None):
-        raise RuntimeError("the round's statement failed")
-
-    monkeypatch.setattr(reads.queue_selectors, "queue_events_after", failing)
-    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", all_at_once)
+    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", failing)
     batcher = reads.ReadBatcher()
     ok, failed = await asyncio.gather(
         batcher.next_batch(client_id=good, sent_through=0, limit=5),
@@ -144,6 +140,34 @@ async def test_one_failing_read_fails_only_its_socket(monkeypatch):
     # The batcher goes on serving.
     again = await batcher.next_batch(client_id=good, sent_through=2, limit=5)
     assert again == []
+
+
+async def test_a_read_on_its_own_after_a_failed_round_is_marked_too(monkeypatch):
+    pk = await database_sync_to_async(_queue)(2, conflates=True)
+    plain = await database_sync_to_async(_queue)(2)
+    real = reads.queue_selectors.queue_reads_after_many
+
+    def round_fails(reads_, shared=None):
+        if len(reads_) > 1:
+            raise RuntimeError("the round's statement failed")
+        return real(reads_, shared)
+
+    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", round_fails)
+    batcher = reads.ReadBatcher()
+    rows, other = await asyncio.gather(
+        batcher.next_batch(client_id=pk, sent_through=0, limit=5),
+        batcher.next_batch(client_id=plain, sent_through=0, limit=5),
+    )
+    assert [row["seq"] for row in rows] == [1, 2]
+    assert [row["seq"] for row in other] == [1, 2]
+
+    def delivered(client_id):
+        return QueueState.objects.get(pk=client_id).delivered_through
+
+    # What may conflate was marked before it reached its socket; the rest
+    # needs no mark.
+    assert await database_sync_to_async(delivered)(pk) == 2
+    assert await database_sync_to_async(delivered)(plain) == 0
 
 
 async def test_a_socket_that_stops_waiting_does_not_stop_the_round():

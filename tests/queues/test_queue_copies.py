@@ -397,3 +397,17 @@ def test_copy_in_keeps_which_rows_may_conflate():
         (5, True),
         (7, False),
     ]
+
+
+def test_copy_in_of_another_mode_reclassifies_what_the_copy_appended():
+    set_cursor(2)
+    copy = adopt()  # mode "false", as the client was when the copy began
+    with transaction.atomic(using="node"):
+        queue_services.queue_append_many(
+            {copy.pk: [LoggedEvent.of(event(3, op="update"))]}
+        )
+    sent = page([{**entry(2), "op": "update"}], next_after=2, done=True)
+    sent["conflate"] = "true"
+    assert queue_services.queue_copy_in(client_id=copy.pk, page=sent) is True
+    stored = QueueEntry.objects.filter(queue_id=copy.pk).order_by("seq")
+    assert list(stored.values_list("seq", "conflates")) == [(2, True), (3, True)]
