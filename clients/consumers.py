@@ -484,8 +484,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         stats.delivered.add(self.node, len(rows))
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
-        """Rows after what was sent, marked delivered in the same trip
-        (clients.reads)."""
+        """Rows after what was sent; those that may conflate are marked
+        delivered in the same trip (clients.reads)."""
         return await reads.batcher().next_batch(
             client_id=self.client.id,
             sent_through=self.sent_through,

@@ -190,8 +190,8 @@ class ReadBatcher:
         through: int | None = None,
     ) -> list[dict[str, Any]]:
         """In the next round: read up to ``limit`` rows after
-        ``sent_through`` (through ``through``) and record them delivered --
-        one trip for the socket's batch."""
+        ``sent_through`` (through ``through``), recorded delivered if they
+        may conflate -- one trip for the socket's batch."""
         ask = {
             "client_id": client_id,
             "sent_through": sent_through,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, Value
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -58,14 +58,13 @@ def _classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     Only while no socket of the client's is live (a ``hello`` is refused
     while one is, and its end forgot what it was sent): a row sent and not
     marked, because it could not conflate then, would be removable now."""
-    updates = QueueEntry.objects.filter(queue_id=client_id, op="update")
-    if conflate == "server":
-        updates.update(conflates=False)
-        updates.filter(region__in=list(region_names_conflating())).update(
-            conflates=True
-        )
-    else:
-        updates.update(conflates=conflate == "true")
+    names = region_names_conflating() if conflate == "server" else []
+    conflates: Any = Value(conflate == "true")
+    if names:  # (an IN of no names made Django skip the whole UPDATE)
+        conflates = ExpressionWrapper(Q(region__in=names), output_field=BooleanField())
+    QueueEntry.objects.filter(queue_id=client_id, op="update").update(
+        conflates=conflates
+    )
 
 
 def queue_append_many(
@@ -534,13 +533,11 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
                 ).values_list("seq", flat=True)
             )
             rows = [
-                _entry_from_copy(state, e, page["conflate"])
-                for e in wanted
-                if e["seq"] not in present
+                _entry_from_copy(state, e) for e in wanted if e["seq"] not in present
             ]
             QueueEntry.objects.bulk_create(rows)
             state.size += len(rows)
-        if state.conflate != page["conflate"]:  # the rows this copy appended
+        if state.conflate != page["conflate"]:  # every row, the page's too
             _classify_updates(client_id, page["conflate"])
         state.durable_id = page["durable_id"]
         state.conflate = page["conflate"]
@@ -551,9 +548,7 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
     return state.is_synced
 
 
-def _entry_from_copy(
-    state: QueueState, data: dict[str, Any], conflate: str
-) -> QueueEntry:
+def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
     ts = parse_datetime(data["ts"])
     if ts is None:
         raise ValueError(f"bad timestamp in a queue copy: {data['ts']!r}")
@@ -569,8 +564,11 @@ def _entry_from_copy(
         ts=ts,
         # A page from a node older than the column: an update may conflate
         # unless the queue never does (in mode "server" its region decides,
-        # which the page does not say; a mark too many is harmless).
-        conflates=data.get("conflates", data["op"] == "update" and conflate != "false"),
+        # which the page does not say; a mark too many is harmless). A page
+        # of another mode reclassifies every row after (``queue_copy_in``).
+        conflates=data.get(
+            "conflates", data["op"] == "update" and state.conflate != "false"
+        ),
     )
 
 

@@ -118,17 +118,23 @@ async def test_a_mark_already_recorded_is_not_written_again():
     assert state.delivered_through == 3  # never moves back
 
 
+def _reads_fail_when(monkeypatch, fails) -> None:
+    """Make ``queue_reads_after_many`` raise for the reads ``fails`` picks."""
+    real = reads.queue_selectors.queue_reads_after_many
+
+    def reading(reads_, shared=None):
+        if fails(reads_):
+            raise RuntimeError("the reads failed")
+        return real(reads_, shared)
+
+    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", reading)
+
+
 async def test_one_failing_read_fails_only_its_socket(monkeypatch):
     good = await database_sync_to_async(_queue)(2)
     bad = uuid.uuid4()
-    real = reads.queue_selectors.queue_reads_after_many
-
-    def failing(reads_, shared=None):
-        if any(client_id == bad for client_id, *_ in reads_):
-            raise RuntimeError("boom")  # the round's statement, then bad's own
-        return real(reads_, shared)
-
-    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", failing)
+    # The round's statement fails, then bad's own.
+    _reads_fail_when(monkeypatch, lambda reads_: any(r[0] == bad for r in reads_))
     batcher = reads.ReadBatcher()
     ok, failed = await asyncio.gather(
         batcher.next_batch(client_id=good, sent_through=0, limit=5),
@@ -145,14 +151,7 @@ async def test_one_failing_read_fails_only_its_socket(monkeypatch):
 async def test_a_read_on_its_own_after_a_failed_round_is_marked_too(monkeypatch):
     pk = await database_sync_to_async(_queue)(2, conflates=True)
     plain = await database_sync_to_async(_queue)(2)
-    real = reads.queue_selectors.queue_reads_after_many
-
-    def round_fails(reads_, shared=None):
-        if len(reads_) > 1:
-            raise RuntimeError("the round's statement failed")
-        return real(reads_, shared)
-
-    monkeypatch.setattr(reads.queue_selectors, "queue_reads_after_many", round_fails)
+    _reads_fail_when(monkeypatch, lambda reads_: len(reads_) > 1)  # the round's
     batcher = reads.ReadBatcher()
     rows, other = await asyncio.gather(
         batcher.next_batch(client_id=pk, sent_through=0, limit=5),

@@ -79,13 +79,19 @@ def _interested(client, *regions):
         )
 
 
+def _key_written_twice_in_each(client, *regions):
+    """``client`` interested in every key of ``regions``, and their key "k"
+    created, then updated."""
+    _interested(client, *regions)
+    for name in regions:
+        cache_services.entry_put(region=name, key="k", value=1)
+        cache_services.entry_put(region=name, key="k", value=2)
+
+
 def test_queued_rows_say_whether_they_may_conflate(user, region):
     cache_services.region_create(name="c", conflate_events=True)
     client = _hello(user, "server-mode").client
-    _interested(client, "c", "prices")
-    for name in ("c", "prices"):
-        cache_services.entry_put(region=name, key="k", value=1)
-        cache_services.entry_put(region=name, key="k", value=2)
+    _key_written_twice_in_each(client, "c", "prices")
     cache_services.entry_destroy(region="c", key="k")
     fanout.fanout_node("node-1")
     # Only an update in a conflating mode may go; a create or destroy never.
@@ -101,10 +107,7 @@ def test_queued_rows_say_whether_they_may_conflate(user, region):
 def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
     cache_services.region_create(name="c", conflate_events=True)
     client = _hello(user, "changes").client
-    _interested(client, "c", "prices")
-    for name in ("c", "prices"):
-        cache_services.entry_put(region=name, key="k", value=1)
-        cache_services.entry_put(region=name, key="k", value=2)
+    _key_written_twice_in_each(client, "c", "prices")
     fanout.fanout_node("node-1")
 
     def updates():
@@ -129,3 +132,15 @@ def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
     ]
     again("server")
     assert updates() == [True, False]
+
+
+def test_mode_server_without_a_conflating_region_conflates_nothing(user, region):
+    client = _hello(user, "none-conflate", conflate=True).client
+    _key_written_twice_in_each(client, "prices")
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    _hello(user, "none-conflate", conflate="server")
+    assert _flags(client.id) == [
+        ("prices", "create", 1, False),
+        ("prices", "update", 2, False),
+    ]
