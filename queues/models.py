@@ -37,7 +37,12 @@ class QueueState(models.Model):
 
 
 class QueueEntry(models.Model):
-    queue = models.ForeignKey(QueueState, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: the unique (queue, seq) one serves every lookup
+    # by queue, and a second one cost each event a page per queue it was
+    # appended to (docs/performance.md, migration 0004).
+    queue = models.ForeignKey(
+        QueueState, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     seq = models.BigIntegerField()
     event_id = models.CharField(max_length=32)
     region = models.CharField(max_length=128)

@@ -69,3 +69,27 @@ def test_0003_counts_the_queued_updates_of_conflating_modes_as_conflating(
         ("update", False),
         ("destroy", False),
     ]
+
+
+def _indexes_on_queue_alone():
+    connection = connections["node"]
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(
+            cursor, QueueEntry._meta.db_table
+        )
+    return [
+        name
+        for name, info in constraints.items()
+        if info["index"] and not info["unique"] and info["columns"] == ["queue_id"]
+    ]
+
+
+def test_0004_drops_the_index_on_queue_alone_and_its_reverse_makes_it_again():
+    # The latest store: only the unique (queue, seq) index leads with queue.
+    assert _indexes_on_queue_alone() == []
+    try:
+        _migrate([("queues", "0003_entry_conflates")])
+        assert len(_indexes_on_queue_alone()) == 1
+    finally:
+        _migrate([("queues", "0004_entry_queue_index")])
+    assert _indexes_on_queue_alone() == []
