@@ -159,38 +159,29 @@ def _update_reports(
 
 
 def drop_orphans() -> int:
-    """Drop the queues here whose client is gone or hosted elsewhere, and
-    give each copy this node holds as a secondary its client's mode.
+    """Drop the queues here whose client is gone or hosted elsewhere.
 
     The queues are read first, their clients' rows second, and only the
     queue rows read are dropped: a ``hello`` may commit a new client's row
     and create its queue between the two reads (or drop a stale queue and
     start afresh), and that queue is not an orphan.
-
-    A ``hello`` that changes the client's mode tells the secondaries at
-    once (``clients.tasks.queue_mode_on``); this heals a message lost on
-    the way, or a copy page sent before the change that set the old mode
-    back. A primary's queue takes its mode from the ``hello`` itself.
     """
-    hosted = queue_selectors.queue_hosted()
+    hosted = queue_selectors.queue_created_at()
     if not hosted:
         return 0
     node = services.self_node()
-    keep: set[uuid.UUID] = set()
-    for pk, primary, secondaries, conflate in DurableClient.objects.filter(
-        pk__in=list(hosted)
-    ).values_list("pk", "primary", "secondaries", "conflate"):
-        if node == primary:
-            keep.add(pk)
-        elif node in secondaries:
-            keep.add(pk)
-            if hosted[pk][1] != conflate:
-                queue_services.queue_set_mode(client_id=pk, conflate=conflate)
+    keep = {
+        pk
+        for pk, primary, secondaries in DurableClient.objects.filter(
+            pk__in=list(hosted)
+        ).values_list("pk", "primary", "secondaries")
+        if node in (primary, *secondaries)
+    }
     # A queue is created just after its client row commits, never before, so
     # a queue without a row is one whose client was deleted; a queue whose
     # client moved to other hosts is a stale copy.
     return queue_services.queue_drop_orphans(
-        orphans={pk: at for pk, (at, _) in hosted.items() if pk not in keep}
+        orphans={pk: at for pk, at in hosted.items() if pk not in keep}
     )
 
 

@@ -240,10 +240,6 @@ def client_hello(
             client.secondaries, client.syncing = [], []
         client.timeout = options["timeout"]
         client.redundancy = options["redundancy"] if durable_id is not None else 0
-        if client.conflate != options["conflate"]:
-            _set_mode_elsewhere(
-                client.id, options["conflate"], [h for h in client.hosts if h != node]
-            )
         client.conflate = options["conflate"]
         client.is_connected = True
         client.node = node
@@ -266,20 +262,6 @@ def client_hello(
         # store was lost): say so rather than hand it an empty queue.
         pending = QUEUE_LOST
     return HelloResult(client=client, pending_events=pending)
-
-
-def _set_mode_elsewhere(client_id: uuid.UUID, conflate: str, hosts: list[str]) -> None:
-    """Once the ``hello`` commits, give the copies on ``hosts`` the client's
-    new mode (a lost message is healed by their next tick's sweep)."""
-
-    def tell() -> None:
-        from clients.tasks import queue_mode_on
-
-        for host in hosts:
-            queue_mode_on(host, client_id, conflate)
-
-    if hosts:
-        transaction.on_commit(tell)
 
 
 def _drop_elsewhere(client_id: uuid.UUID, hosts: list[str]) -> None:

@@ -177,13 +177,6 @@ def drop_queue_task(client_id: str) -> bool:
     return queue_services.queue_drop(client_id=uuid.UUID(client_id))
 
 
-@shared_task(name="clients.queue_mode", ignore_result=True)
-def queue_mode_task(client_id: str, conflate: str) -> bool:
-    return queue_services.queue_set_mode(
-        client_id=uuid.UUID(client_id), conflate=conflate
-    )
-
-
 @shared_task(name="clients.adopt", ignore_result=True)
 def adopt_task(client_id: str, source: str) -> None:
     replication.adopt(
@@ -296,10 +289,6 @@ def ack_on(node: str, acks: dict[str, int]) -> None:
 
 def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
     _send(drop_queue_task, node, str(client_id))
-
-
-def queue_mode_on(node: str, client_id: uuid.UUID, conflate: str) -> None:
-    _send(queue_mode_task, node, str(client_id), conflate)
 
 
 def tick_on(node: str | None = None, *, judge: bool = True) -> bool:

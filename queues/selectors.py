@@ -290,12 +290,10 @@ def queue_client_ids() -> list[uuid.UUID]:
     return [to_uuid(pk) for (pk,) in rows]
 
 
-def queue_hosted() -> dict[uuid.UUID, tuple[Any, str]]:
-    """Each queue on this node: when it was created (a queue dropped and
-    created again is told from the one before:
-    ``queues.services.queue_drop_orphans``) and its mode (``conflate``)."""
-    rows = QueueState.objects.values_list("client_id", "created_at", "conflate")
-    return {pk: (at, conflate) for pk, at, conflate in rows}
+def queue_created_at() -> dict[uuid.UUID, Any]:
+    """When each queue on this node was created: a queue dropped and created
+    again is told from the one before (``queues.services.queue_drop_orphans``)."""
+    return dict(QueueState.objects.values_list("client_id", "created_at"))
 
 
 def fanout_cursor(*, node: str) -> int:

@@ -43,27 +43,10 @@ def queue_ensure(
             defaults={"durable_id": durable_id, "conflate": conflate},
         )
         if not created and state.conflate != conflate:
-            _set_mode(state, conflate)
+            state.conflate = conflate
+            state.save(update_fields=["conflate"])
+            _classify_updates(client_id, conflate)
     return state
-
-
-def queue_set_mode(*, client_id: uuid.UUID, conflate: str) -> bool:
-    """Give a copy of a queue on this node its client's new mode (a
-    ``hello`` changed it on the primary); return whether it changed. A
-    queue not here is not created."""
-    with transaction.atomic(using=NODE_STORE):
-        found = QueueState.objects.select_for_update().filter(client_id=client_id)
-        state = found.first()
-        if state is None or state.conflate == conflate:
-            return False
-        _set_mode(state, conflate)
-    return True
-
-
-def _set_mode(state: QueueState, conflate: str) -> None:
-    state.conflate = conflate
-    state.save(update_fields=["conflate"])
-    _classify_updates(state.client_id, conflate)
 
 
 def _classify_updates(client_id: uuid.UUID, conflate: str) -> None:

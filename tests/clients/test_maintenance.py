@@ -13,7 +13,6 @@ from durablecache.cache import services as cache_services
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import QueueState
 from tests.helpers import connected_client
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
@@ -69,19 +68,6 @@ def test_queues_of_clients_hosted_elsewhere_are_dropped(user, region):
     DurableClient.objects.filter(pk=client.pk).update(primary="node-2")
     assert maintenance.drop_orphans() == 1
     assert queue_selectors.queue_size(client_id=client.id) == -2
-
-
-def test_a_copy_here_whose_mode_lags_its_client_is_given_it(user, region):
-    copy, led = connected_client(user, "copy"), connected_client(user, "led")
-    # The copy's primary moved the client to "false" (its message to this
-    # node was lost); where this node is primary, its hello says the mode.
-    DurableClient.objects.filter(pk=copy.pk).update(
-        primary="node-2", secondaries=["node-1"], conflate="false"
-    )
-    DurableClient.objects.filter(pk=led.pk).update(conflate="true")
-    assert maintenance.drop_orphans() == 0
-    modes = dict(QueueState.objects.values_list("client_id", "conflate"))
-    assert modes == {copy.id: "false", led.id: "server"}
 
 
 class _Meanwhile:

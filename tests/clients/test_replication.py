@@ -680,31 +680,6 @@ def test_hello_before_this_node_heartbeats_still_places_copies(user, adopted):
     assert adopted == [("node-2", result.client.pk, HERE)]
 
 
-def test_hello_that_changes_the_mode_tells_the_other_hosts(
-    user, monkeypatch, django_capture_on_commit_callbacks
-):
-    told = recorder(monkeypatch, "queue_mode_on")
-    nodes(up=[HERE, "node-2", "node-3"])
-    client = stored(
-        user, primary=HERE, secondaries=["node-2", "node-3"], syncing=["node-3"]
-    )
-    fill_queue(client.pk, [1])
-
-    def again(**extra):
-        with django_capture_on_commit_callbacks(execute=True):
-            hello(user, redundancy=2, **extra)
-        services.client_disconnected(client_id=client.pk, channel_name="ch-1")
-
-    again(conflate=True)
-    assert told == [("node-2", client.pk, "true"), ("node-3", client.pk, "true")]
-    again(conflate="true")  # the same mode: nobody told
-    again()  # "server"
-    assert told[2:] == [
-        ("node-2", client.pk, "server"),
-        ("node-3", client.pk, "server"),
-    ]
-
-
 def test_returning_client_is_redirected_to_its_promoted_secondary(user, adopted):
     nodes(up=[HERE, "node-3"], down=["node-2"])
     client = stored(user, primary="node-2", secondaries=["node-3"], redundancy=1)

@@ -2,9 +2,8 @@ import uuid
 
 import pytest
 
-from clients import fanout, services, tasks
+from clients import fanout, services
 from clients.matching import parse_selector
-from clients.models import DurableClient
 from durablecache.cache import services as cache_services
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -145,34 +144,3 @@ def test_mode_server_without_a_conflating_region_conflates_nothing(user, region)
         ("prices", "create", 1, False),
         ("prices", "update", 2, False),
     ]
-
-
-def test_a_copy_here_takes_the_mode_its_client_was_given_elsewhere(user, region):
-    cache_services.region_create(name="c", conflate_events=True)
-    client = _hello(user, "copied").client
-    _key_written_twice_in_each(client, "c", "prices")
-    fanout.fanout_node("node-1")
-    services.client_disconnected(client_id=client.id, channel_name="ch-1")
-    # The client came back through node-2 with conflate false; node-1 now
-    # holds a copy, which its primary's hello tells the new mode.
-    DurableClient.objects.filter(pk=client.pk).update(
-        primary="node-2", secondaries=["node-1"], conflate="false"
-    )
-    assert tasks.queue_mode_task(str(client.id), "false") is True
-    assert tasks.queue_mode_task(str(client.id), "false") is False  # told twice
-    cache_services.entry_put(region="c", key="k", value=3)
-    fanout.fanout_node("node-1")
-    # The copy conflates as its primary does: nothing.
-    assert _flags(client.id) == [
-        ("c", "create", 1, False),
-        ("c", "update", 2, False),
-        ("prices", "create", 1, False),
-        ("prices", "update", 2, False),
-        ("c", "update", 3, False),
-    ]
-
-
-def test_a_mode_for_a_queue_not_here_creates_nothing():
-    missing = uuid.uuid4()
-    assert queue_services.queue_set_mode(client_id=missing, conflate="true") is False
-    assert queue_selectors.queue_size(client_id=missing) == -2
