@@ -10,7 +10,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -64,18 +64,26 @@ class _RegionInterests:
         return wanted
 
 
-def match_events(
-    events: list[Any], hosted: set[uuid.UUID], node: str
-) -> tuple[dict[uuid.UUID, list[Any]], set[uuid.UUID]]:
-    """Return, per hosted client, the events its interests want, in order;
-    and which of those clients have their socket on ``node``."""
+class Matched(NamedTuple):
+    # Per hosted client, the events its interests want, in order.
+    appends: dict[uuid.UUID, list[Any]]
+    # Which of those clients have their socket on the node.
+    held_here: set[uuid.UUID]
+    # Each client's ``conflate`` mode as its row said.
+    modes: dict[uuid.UUID, str]
+
+
+def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matched:
+    """Match ``events`` against the interests of the ``hosted`` clients."""
     by_region: dict[str, _RegionInterests] = defaultdict(_RegionInterests)
     held_here: set[uuid.UUID] = set()
+    modes: dict[uuid.UUID, str] = {}
     for row in selectors.interest_rows(
         regions={e.region for e in events}, client_ids=hosted, node=node
     ):
         if row.client_id in hosted:
             by_region[row.region].add(row)
+            modes[row.client_id] = row.conflate
             if row.held_here:
                 held_here.add(row.client_id)
     appends: dict[uuid.UUID, list[Any]] = defaultdict(list)
@@ -85,7 +93,7 @@ def match_events(
             continue
         for client_id in interests.wanting(event):
             appends[client_id].append(event)
-    return appends, held_here
+    return Matched(appends, held_here, modes)
 
 
 def fanout_node(node: str | None = None) -> int:
@@ -102,8 +110,10 @@ def fanout_node(node: str | None = None) -> int:
             if not events:
                 break
             hosted = set(queue_selectors.queue_client_ids())
-            appends, held_here = match_events(events, hosted, node)
-            heads = queue_services.queue_append_many(appends)
+            appends, held_here, modes = match_events(events, hosted, node)
+            heads = queue_services.queue_append_many(
+                appends, modes=modes, modes_now=_modes_now
+            )
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
         liveness.beat()  # a long backlog is progress, not a wedged worker
@@ -119,6 +129,10 @@ def fanout_node(node: str | None = None) -> int:
             # own doorbell after its commit, so no second (empty) pass.
             break
     return total
+
+
+def _modes_now(client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    return selectors.client_modes(client_ids=client_ids)
 
 
 _live_nodes: tuple[float, list[str]] = (0.0, [])

@@ -43,6 +43,9 @@ class InterestRow(NamedTuple):
     # Whether the client's socket is on the node that asked: only there is
     # a socket to wake.
     held_here: bool
+    # The client's ``conflate`` mode: every host of its queue conflates by
+    # it (``queues.services.queue_append_many``).
+    conflate: str
 
 
 def interest_rows(
@@ -61,7 +64,8 @@ def interest_rows(
         params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
     statement = (
-        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s"  # noqa: S608
+        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
+        f" c.{quote('conflate')}"
         f" FROM {sql.table(Interest, connection)} i"
         f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
         f" WHERE {where}"
@@ -71,9 +75,14 @@ def interest_rows(
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
     return [
-        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here))
-        for pk, region, kind, selector, since, here in rows
+        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode)
+        for pk, region, kind, selector, since, here, mode in rows
     ]
+
+
+def client_modes(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The ``conflate`` mode of each of these clients (absent: gone)."""
+    return sql.values_by_pk(DurableClient.objects, client_ids, "conflate")
 
 
 def welcome_fields(*, client: DurableClient) -> dict[str, Any]:

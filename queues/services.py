@@ -51,9 +51,10 @@ def queue_ensure(
 
 def _classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     """Set ``conflates`` on every update queued for the client as its mode
-    ``conflate`` has it (a mode changed by a ``hello``: an update queued
-    before may conflate now, or no longer). Mode "server" follows each
-    update's region, whose ``conflate_events`` never changes.
+    ``conflate`` has it (a mode changed by a ``hello``, here or, as the
+    fan-out finds, on another host: an update queued before may conflate
+    now, or no longer). Mode "server" follows each update's region, whose
+    ``conflate_events`` never changes.
 
     Only while no socket of the client's is live (a ``hello`` is refused
     while one is, and its end forgot what it was sent): a row sent and not
@@ -69,6 +70,9 @@ def _classify_updates(client_id: uuid.UUID, conflate: str) -> None:
 
 def queue_append_many(
     appends: dict[uuid.UUID, list[LoggedEvent]],
+    *,
+    modes: Mapping[uuid.UUID, str] | None = None,
+    modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]] | None = None,
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -78,6 +82,10 @@ def queue_append_many(
     not exist on this node are skipped. A constant number of statements
     whatever the number of queues (plus one delete per conflated update):
     an event for 100 live sockets is 3 statements, not 300.
+
+    ``modes``: each client's ``conflate`` as the caller read it from the
+    cluster; a queue whose own mode differs takes its client's before
+    anything is appended (``_align_modes``).
     """
     if not appends:
         return {}
@@ -85,7 +93,10 @@ def queue_append_many(
     rows: list[list[Any]] = []
     changed: list[Any] = []
     prepared = _PreparedEvents(connections[NODE_STORE])
-    for state in _lock_heads(list(appends)):
+    locked = _lock_heads(list(appends))
+    if modes is not None and modes_now is not None:
+        _align_modes(locked, modes, modes_now)
+    for state in locked:
         added = _append(state, appends[state.client_id], prepared)
         heads[state.client_id] = state.last_seq
         if added is not None:
@@ -94,6 +105,39 @@ def queue_append_many(
     _insert_entries(rows)
     _save_heads(changed)
     return heads
+
+
+def _align_modes(
+    locked: list["_Head"],
+    modes: Mapping[uuid.UUID, str],
+    modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]],
+) -> None:
+    """Give each locked queue its client's mode where the two differ, so
+    every host of a queue conflates as the client asked, whatever reached
+    it or did not: a ``hello`` that changed the mode on another node, a
+    copy promoted without one, a copy page built before the change. A
+    queue's mode is otherwise set only by ``hello`` here (``queue_ensure``)
+    and by adoption, both from the same row.
+
+    ``modes`` was read before the heads were locked, so it may predate a
+    ``hello`` that has set this queue's mode since: the differing clients'
+    rows are read again, now that the heads are locked (a ``hello``
+    commits the row before it sets the queue's mode, under this lock), and
+    only that read is applied. A row that is gone changes nothing."""
+    differing = [
+        s.client_id
+        for s in locked
+        if s.client_id in modes and modes[s.client_id] != s.conflate
+    ]
+    if not differing:
+        return
+    now = modes_now(differing)
+    for state in locked:
+        mode = now.get(state.client_id)
+        if mode is not None and mode != state.conflate:
+            QueueState.objects.filter(pk=state.client_id).update(conflate=mode)
+            _classify_updates(state.client_id, mode)
+            state.conflate = mode
 
 
 # The fan-out's two hot statements, as executemany: Django's bulk_create and
@@ -537,10 +581,12 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
             ]
             QueueEntry.objects.bulk_create(rows)
             state.size += len(rows)
-        if state.conflate != page["conflate"]:  # every row, the page's too
-            _classify_updates(client_id, page["conflate"])
+        # The copy keeps its own mode (its client's, from adoption, a hello
+        # or the fan-out): a page built before a change of mode says the
+        # old one. The page's rows were classified in the page's mode.
+        if wanted and page["conflate"] != state.conflate:
+            _classify_updates(client_id, state.conflate)
         state.durable_id = page["durable_id"]
-        state.conflate = page["conflate"]
         state.copy_after = max(state.copy_after, int(page["next_after"]))
         state.copy_requested_at = timezone.now()
         state.is_synced = bool(page["done"])
@@ -565,7 +611,7 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         # A page from a node older than the column: an update may conflate
         # unless the queue never does (in mode "server" its region decides,
         # which the page does not say; a mark too many is harmless). A page
-        # of another mode reclassifies every row after (``queue_copy_in``).
+        # of another mode is reclassified in the copy's (``queue_copy_in``).
         conflates=data.get(
             "conflates", data["op"] == "update" and state.conflate != "false"
         ),

@@ -1,13 +1,16 @@
 import uuid
 
 import pytest
+from django.db import transaction
 
 from clients import fanout, services
 from clients.matching import parse_selector
+from clients.models import DurableClient
+from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import services as cache_services
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import QueueEntry
+from queues.models import QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -144,3 +147,86 @@ def test_mode_server_without_a_conflating_region_conflates_nothing(user, region)
         ("prices", "create", 1, False),
         ("prices", "update", 2, False),
     ]
+
+
+def _away_in_mode(user, durable_id, conflate):
+    """A client of mode ``conflate`` interested in every key of region "c"
+    (which conflates), gone away; its queue is on node-1."""
+    cache_services.region_create(name="c", conflate_events=True)
+    client = _hello(user, durable_id, conflate=conflate).client
+    _interested(client, "c")
+    services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    return client
+
+
+def _created_and_updated_four_times(client):
+    """Write c/k five times and fan out; return how many are queued."""
+    for value in range(5):
+        cache_services.entry_put(region="c", key="k", value=value)
+    fanout.fanout_node("node-1")
+    return queue_selectors.queue_size(client_id=client.id)
+
+
+def _mode_here(client):
+    return QueueState.objects.get(pk=client.pk).conflate
+
+
+def test_a_copy_conflates_by_the_mode_its_client_has_now(user):
+    client = _away_in_mode(user, "copied", True)
+    # The client came back through node-2 with conflate false, and went
+    # away again; node-1 holds a copy adopted in mode "true".
+    DurableClient.objects.filter(pk=client.pk).update(
+        primary="node-2", secondaries=["node-1"], conflate="false"
+    )
+    assert _created_and_updated_four_times(client) == 5
+    assert _mode_here(client) == "false"
+
+
+def test_a_copy_promoted_without_a_hello_conflates_by_its_clients_mode(user):
+    client = _away_in_mode(user, "promoted", True)
+    DurableClient.objects.filter(pk=client.pk).update(conflate="false")
+    assert _created_and_updated_four_times(client) == 5
+
+
+def test_a_copy_page_of_an_older_mode_leaves_the_copys_mode(user):
+    client = _away_in_mode(user, "paged", False)
+    QueueState.objects.filter(pk=client.pk).update(is_synced=False, copy_upto=10**9)
+    page = {
+        "durable_id": "paged",
+        "conflate": "true",  # built on the source before its hello
+        "acked_through": 0,
+        "entries": [],
+        "next_after": 10**9,
+        "done": True,
+    }
+    assert queue_services.queue_copy_in(client_id=client.id, page=page) is True
+    assert _mode_here(client) == "false"
+    assert _created_and_updated_four_times(client) == 5
+
+
+def test_a_mode_read_before_a_hello_changed_it_is_not_applied(user):
+    """The fan-out read the client's mode, then a hello set another on the
+    client's row and on this queue before the fan-out locked the queue:
+    the queue keeps the hello's mode (the row is read again, locked)."""
+    client = _away_in_mode(user, "raced", False)
+    cache_services.entry_put(region="c", key="k", value=0)
+    events = cache_selectors.logged_events_after(seq=0, limit=10)
+    with transaction.atomic(using="node"):
+        queue_services.queue_append_many(
+            {client.id: events},
+            modes={client.id: "true"},  # read before the hello
+            modes_now=lambda ids: {client.id: "false"},
+        )
+    assert _mode_here(client) == "false"
+
+
+def test_a_mode_of_a_client_that_is_gone_changes_nothing(user):
+    client = _away_in_mode(user, "gone", True)
+    cache_services.entry_put(region="c", key="k", value=0)
+    with transaction.atomic(using="node"):
+        queue_services.queue_append_many(
+            {client.id: cache_selectors.logged_events_after(seq=0, limit=10)},
+            modes={client.id: "false"},
+            modes_now=lambda ids: {},
+        )
+    assert _mode_here(client) == "true"

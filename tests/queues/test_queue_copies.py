@@ -60,11 +60,11 @@ def set_cursor(through):
     )
 
 
-def adopt(client_id=None, *, source="node-2", durable_id="copy"):
+def adopt(client_id=None, *, source="node-2", durable_id="copy", conflate="false"):
     return queue_services.queue_adopt(
         client_id=client_id or uuid.uuid4(),
         durable_id=durable_id,
-        conflate="false",
+        conflate=conflate,
         node=NODE,
         source=source,
     )
@@ -381,7 +381,7 @@ def test_a_round_counts_each_ack_even_when_a_client_acks_twice():
 
 def test_copy_in_keeps_which_rows_may_conflate():
     set_cursor(9)
-    copy = adopt()
+    copy = adopt(conflate="true")
     updates = [{**entry(s), "op": "update"} for s in (3, 5)]
     sent = page([*updates, entry(7)], next_after=7)
     sent["conflate"] = "true"
@@ -399,15 +399,20 @@ def test_copy_in_keeps_which_rows_may_conflate():
     ]
 
 
-def test_copy_in_of_another_mode_reclassifies_what_the_copy_appended():
+def test_a_copy_page_of_another_mode_is_classified_in_the_copys():
     set_cursor(2)
-    copy = adopt()  # mode "false", as the client was when the copy began
+    copy = adopt()  # mode "false", as the client's row said
     with transaction.atomic(using="node"):
         queue_services.queue_append_many(
             {copy.pk: [LoggedEvent.of(event(3, op="update"))]}
         )
-    sent = page([{**entry(2), "op": "update"}], next_after=2, done=True)
+    # Built on the source before a hello there changed the mode: the page
+    # neither sets the copy's mode nor leaves its rows in its own.
+    sent = page(
+        [{**entry(2), "op": "update", "conflates": True}], next_after=2, done=True
+    )
     sent["conflate"] = "true"
     assert queue_services.queue_copy_in(client_id=copy.pk, page=sent) is True
     stored = QueueEntry.objects.filter(queue_id=copy.pk).order_by("seq")
-    assert list(stored.values_list("seq", "conflates")) == [(2, True), (3, True)]
+    assert list(stored.values_list("seq", "conflates")) == [(2, False), (3, False)]
+    assert QueueState.objects.get(pk=copy.pk).conflate == "false"
