@@ -33,35 +33,53 @@ class _RegionInterests:
     """One region's interests among the hosted clients, indexed so that an
     event is checked against the interests that can want it: key lists by
     key (an event of key K looks at K's rows only, not every client's),
-    regexes and all-keys by themselves, everyone for region ops."""
+    regexes and all-keys by themselves, everyone for region ops. Each
+    wants the events after its ``since_seq`` and, once ended, through its
+    ``until_seq`` (None: no end)."""
 
     def __init__(self) -> None:
-        self.by_key: dict[str, list[tuple[uuid.UUID, int]]] = defaultdict(list)
-        self.patterns: list[tuple[uuid.UUID, str, str, int]] = []
-        self.everyone: list[tuple[uuid.UUID, int]] = []
+        self.by_key: dict[str, list[tuple[uuid.UUID, int, int | None]]] = defaultdict(
+            list
+        )
+        self.patterns: list[tuple[uuid.UUID, str, str, int, int | None]] = []
+        self.everyone: list[tuple[uuid.UUID, int, int | None]] = []
 
     def add(self, row: selectors.InterestRow) -> None:
-        self.everyone.append((row.client_id, row.since_seq))
+        span = (row.client_id, row.since_seq, row.until_seq)
+        self.everyone.append(span)
         if row.kind == InterestKind.KEY:
-            self.by_key[row.selector].append((row.client_id, row.since_seq))
+            self.by_key[row.selector].append(span)
         else:
-            self.patterns.append((row.client_id, row.kind, row.selector, row.since_seq))
+            self.patterns.append(
+                (row.client_id, row.kind, row.selector, row.since_seq, row.until_seq)
+            )
 
     def wanting(self, event: Any) -> set[uuid.UUID]:
         """The clients with an interest that wants ``event`` (written after
-        the interest was registered: ``since_seq``)."""
+        the interest was registered: ``since_seq``; and before it ended:
+        ``until_seq``)."""
         seq = event.seq
         if event.op in REGION_OPS:
-            return {pk for pk, since in self.everyone if seq > since}
-        wanted = {pk for pk, since in self.by_key.get(event.key, ()) if seq > since}
-        for pk, kind, selector, since in self.patterns:
+            return {
+                pk for pk, since, until in self.everyone if _within(seq, since, until)
+            }
+        wanted = {
+            pk
+            for pk, since, until in self.by_key.get(event.key, ())
+            if _within(seq, since, until)
+        }
+        for pk, kind, selector, since, until in self.patterns:
             if (
-                seq > since
-                and pk not in wanted
+                pk not in wanted
+                and _within(seq, since, until)
                 and key_matches(kind, selector, event.key)
             ):
                 wanted.add(pk)
         return wanted
+
+
+def _within(seq: int, since: int, until: int | None) -> bool:
+    return seq > since and (until is None or seq <= until)
 
 
 class Matched(NamedTuple):

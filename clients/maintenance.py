@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from clients import fanout, history, replication, services, stats
-from clients.models import DurableClient, Interest, QueueSizeReport
+from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
 from durablecache.cache import sql
 from durablecache.cache.models import Entry, Event, Node
 from queues import selectors as queue_selectors
@@ -30,7 +30,14 @@ PRUNE_CHUNKS = 10
 VACUUM_CHECK_S = 10.0
 # The cluster database's tables whose rows churn: events pruned, entries
 # and size reports rewritten, clients and interests coming and going.
-CLUSTER_CHURN = (Event, Entry, QueueSizeReport, DurableClient, Interest)
+CLUSTER_CHURN = (
+    Event,
+    Entry,
+    QueueSizeReport,
+    DurableClient,
+    Interest,
+    EndedInterest,
+)
 _vacuum = {"checked": float("-inf")}
 
 
@@ -211,7 +218,8 @@ def vacuum_churned() -> list[str]:
 
 
 def prune_event_log() -> int:
-    """Delete events every node that may still need them has fanned out.
+    """Delete events every node that may still need them has fanned out,
+    and the ended interests that wanted only such events.
 
     A node that is up, or that still hosts a queue (it may restart and
     fill it from its cursor), holds the log back; a dead node that hosts
@@ -234,6 +242,8 @@ def prune_event_log() -> int:
         return 0
     horizon = timezone.now() - EVENT_RETENTION
     through = min(needed)
+    # Ended interests every such node has fanned out past want nothing more.
+    EndedInterest.objects.filter(until_seq__lte=through).delete()
     pruned = 0
     for _ in range(PRUNE_CHUNKS):
         # From the oldest event on, by the seq index, a chunk at a time: one

@@ -116,6 +116,35 @@ class Interest(models.Model):
         return f"{self.client} {self.region} {self.kind} {self.selector}"
 
 
+class EndedInterest(models.Model):
+    """An interest removed (a socket's end dropped its non-durable ones, or
+    the client unregistered it), kept while some host of the client's queue
+    may still fan out the events written before: every host queues the
+    events with ``since_seq < seq <= until_seq`` whenever it gets to them,
+    so a host whose fan-out lagged the removal holds what the others hold.
+    Deleted once every node that may fan them out has (the tick, with the
+    event log's prune)."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="+"
+    )
+    region = models.CharField(max_length=128)
+    kind = models.CharField(max_length=8, choices=InterestKind.choices)
+    selector = models.CharField(max_length=1024, blank=True, default="")
+    since_seq = models.BigIntegerField()
+    # The log head when the interest was removed: later events are not its.
+    until_seq = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["region"], name="ended_interest_region"),
+            models.Index(fields=["until_seq"], name="ended_interest_until"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client} {self.region} {self.kind} {self.selector} (ended)"
+
+
 class LostQueue(models.Model):
     """A durable id whose queue was lost (expired or all hosts died).
 

@@ -15,6 +15,7 @@ from clients.models import (
     ClientHistory,
     ClientSample,
     DurableClient,
+    EndedInterest,
     Interest,
     InterestKind,
     LostQueue,
@@ -46,37 +47,42 @@ class InterestRow(NamedTuple):
     # The client's ``conflate`` mode: every host of its queue conflates by
     # it (``queues.services.queue_append_many``).
     conflate: str
+    # An ended interest (``EndedInterest``) wants no event after this seq;
+    # None for a live one.
+    until_seq: int | None = None
 
 
 def interest_rows(
     *, regions: set[str], client_ids: set[uuid.UUID], node: str
 ) -> list[InterestRow]:
-    """The interests in ``regions``: those of ``client_ids`` when they are
-    few, else all of the regions' (the caller keeps its own clients')."""
+    """The interests in ``regions``, live and ended (``EndedInterest``):
+    those of ``client_ids`` when they are few, else all of the regions'
+    (the caller keeps its own clients')."""
     if not regions or not client_ids:
         return []
     client_field = Interest._meta.get_field("client")
     quote = connection.ops.quote_name
     columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
-    params: list[Any] = [node, *sorted(regions)]
     where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
+    params: list[Any] = [node, *sorted(regions)]
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
         params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
-    statement = (
+    members = [
         f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
-        f" c.{quote('conflate')}"
-        f" FROM {sql.table(Interest, connection)} i"
+        f" c.{quote('conflate')}, {until}"
+        f" FROM {sql.table(model, connection)} i"
         f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
         f" WHERE {where}"
-    )
+        for model, until in ((Interest, "NULL"), (EndedInterest, "i.until_seq"))
+    ]
     with connection.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(" UNION ALL ".join(members), params * 2)
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
     return [
-        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode)
-        for pk, region, kind, selector, since, here, mode in rows
+        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), *rest)
+        for pk, region, kind, selector, since, here, *rest in rows
     ]
 
 

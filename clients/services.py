@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from clients import history
@@ -24,7 +25,13 @@ from clients.exceptions import (
     UnknownClientError,
 )
 from clients.matching import Selector
-from clients.models import Conflate, DurableClient, Interest, LostQueue
+from clients.models import (
+    Conflate,
+    DurableClient,
+    EndedInterest,
+    Interest,
+    LostQueue,
+)
 from clients.replication import (
     DOWN,
     DRAINING,
@@ -343,7 +350,7 @@ def _mark_disconnected(
     if not clients:
         return
     now = at or timezone.now()
-    Interest.objects.filter(client__in=clients, is_durable=False).delete()
+    _end_interests(Interest.objects.filter(client__in=clients, is_durable=False))
     for client in clients:
         client.is_connected = False
         client.channel_name = ""
@@ -494,14 +501,49 @@ def interest_unregister(
     *, client: DurableClient, region: str, selector: Selector
 ) -> int:
     """Remove the rows of one selector; return how many went."""
-    return Interest.objects.filter(
-        client=client, region=region, kind=selector.kind, selector__in=selector.values
-    ).delete()[0]
+    return _end_interests(
+        Interest.objects.filter(
+            client=client,
+            region=region,
+            kind=selector.kind,
+            selector__in=selector.values,
+        )
+    )
 
 
 def interest_delete(*, client: DurableClient, pk: int) -> None:
-    if Interest.objects.filter(client=client, pk=pk).delete()[0] == 0:
+    if _end_interests(Interest.objects.filter(client=client, pk=pk)) == 0:
         raise UnknownClientError(f"no interest {pk}")
+
+
+def _end_interests(interests: QuerySet[Interest]) -> int:
+    """Delete these interests; return how many went. Each one that may have
+    wanted an event already written is kept as an ``EndedInterest`` through
+    the log head read here, so every host of the queue, however far behind
+    its fan-out is, queues the same events for it: those written before the
+    removal (the events written after are not its, on any host)."""
+    with transaction.atomic():
+        rows = list(
+            interests.select_for_update().values_list(
+                "pk", "client_id", "region", "kind", "selector", "since_seq"
+            )
+        )
+        if not rows:
+            return 0
+        until = cache_selectors.event_log_head()
+        EndedInterest.objects.bulk_create(
+            EndedInterest(
+                client_id=client_id,
+                region=region,
+                kind=kind,
+                selector=selector,
+                since_seq=since,
+                until_seq=until,
+            )
+            for _, client_id, region, kind, selector, since in rows
+            if since < until
+        )
+        return Interest.objects.filter(pk__in=[row[0] for row in rows]).delete()[0]
 
 
 def clients_expire() -> int:

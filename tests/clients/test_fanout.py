@@ -3,9 +3,11 @@ are woken for it."""
 
 import pytest
 
-from clients import fanout, services
-from clients.models import DurableClient
+from clients import fanout, maintenance, services
+from clients.matching import parse_selector
+from clients.models import DurableClient, EndedInterest, Interest
 from durablecache.cache import services as cache_services
+from durablecache.cache.models import Node
 from queues import notify
 from queues import selectors as queue_selectors
 from tests.helpers import connected_client
@@ -59,3 +61,72 @@ def test_only_sockets_held_on_this_node_are_woken(user, region, monkeypatch):
     for client in (here, away, elsewhere):
         assert _keys(client) == [("create", "k")]  # every queue gets the event
     assert rung == [({here.id}, "node-1")]  # one socket to wake
+
+
+def _with_interest(user, durable_id, *, durable, **selector):
+    """A durable client on node-1 with one interest in "prices" (a durable
+    or a non-durable one), its socket still open."""
+    options = services.parse_hello_options({"durable_id": durable_id})
+    client = services.client_hello(
+        user=user, channel_name=durable_id, options=options
+    ).client
+    services.interest_register(
+        client=client,
+        region="prices",
+        selector=parse_selector(selector or {"all_keys": True}),
+        is_durable=durable,
+        policy="none",
+    )
+    return client
+
+
+def test_a_fan_out_behind_a_socket_end_still_queues_what_was_written_before(
+    user, region
+):
+    """The events written while the socket was up are the non-durable
+    interest's on every host, however late a host's fan-out comes to them
+    (a secondary behind its primary): here the fan-out runs only after the
+    socket ended and the interest went."""
+    client = _with_interest(user, "behind", durable=False, keys=["a"])
+    cache_services.entry_put(region="prices", key="a", value=1)
+    services.client_disconnected(client_id=client.id, channel_name="behind")
+    assert not Interest.objects.filter(client=client).exists()
+    cache_services.entry_put(region="prices", key="a", value=2)  # after: not its
+    fanout.fanout_node("node-1")
+    assert _keys(client) == [("create", "a")]
+
+
+def test_an_unregistered_interest_keeps_what_was_written_before_it_went(user, region):
+    client = _with_interest(user, "unreg", durable=True, regex="a.*")
+    cache_services.entry_put(region="prices", key="ab", value=1)
+    assert (
+        services.interest_unregister(
+            client=client, region="prices", selector=parse_selector({"regex": "a.*"})
+        )
+        == 1
+    )
+    cache_services.entry_put(region="prices", key="ac", value=1)
+    fanout.fanout_node("node-1")
+    assert _keys(client) == [("create", "ab")]
+
+
+def test_an_interest_that_saw_no_event_leaves_nothing_behind(user, region):
+    client = _with_interest(user, "quiet", durable=False)
+    services.client_disconnected(client_id=client.id, channel_name="quiet")
+    assert not EndedInterest.objects.exists()
+
+
+def test_ended_interests_go_once_every_node_fanned_out_past_them(user, region):
+    client = _with_interest(user, "pruned", durable=False)
+    cache_services.entry_put(region="prices", key="a", value=1)
+    services.client_disconnected(client_id=client.id, channel_name="pruned")
+    ended = EndedInterest.objects.get()
+    cache_services.node_register(name="node-1", url="http://127.0.0.1:1")
+    fanout.fanout_node("node-1")
+    maintenance.report_fanout_cursor("node-1")
+    cache_services.node_register(name="node-2", url="http://127.0.0.1:2")  # behind
+    maintenance.prune_event_log()
+    assert EndedInterest.objects.filter(pk=ended.pk).exists()
+    Node.objects.filter(name="node-2").update(fanout_through=ended.until_seq)
+    maintenance.prune_event_log()
+    assert not EndedInterest.objects.exists()
