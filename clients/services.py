@@ -329,9 +329,13 @@ def clients_ended(
         closed = [client for client in gone if client.is_durable]
         history.record_many(closed, "closed", detail="close with keepalive false")
         _delete_clients(gone)
+        if kept:
+            # Forgotten while the clients' rows are locked, still connected:
+            # a hello (which waits for those rows) starts a session whose
+            # delivered marks no late reset of this one can wipe (an update
+            # sent on it, not acked, would be conflatable again).
+            queue_services.queue_reset_delivery(client_ids=[c.pk for c in kept])
         _mark_disconnected(kept, at=at, why=why)
-    if kept:
-        queue_services.queue_reset_delivery(client_ids=[c.pk for c in kept])
     return len(clients)
 
 

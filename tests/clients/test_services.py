@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from clients import fanout, services
@@ -12,6 +13,7 @@ from clients.models import ClientHistory, DurableClient, Interest, LostQueue
 from durablecache.cache import services as cache_services
 from durablecache.cache.exceptions import ValidationError
 from queues import selectors as queue_selectors
+from queues.models import QueueState
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -208,3 +210,25 @@ def test_many_ends_at_once_keep_close_or_drop_each_client(
         )
     )
     assert kinds == {"kept": "disconnected", "closed": "closed", "twice": "closed"}
+
+
+def test_a_sessions_delivered_marks_are_forgotten_before_its_client_is_released(
+    user,
+):
+    """The reset runs while the client's row is locked and still says
+    connected: a hello, which waits for that row, can only start its
+    session (and mark what it sends) after it."""
+    client = hello(user, "marked").client
+    QueueState.objects.filter(pk=client.pk).update(delivered_through=7)
+    seen = []
+
+    def watch(execute, sql, params, many, context):
+        if "delivered_through" in sql and sql.lstrip().upper().startswith("UPDATE"):
+            row = DurableClient.objects.get(pk=client.pk)
+            seen.append((connections["default"].in_atomic_block, row.is_connected))
+        return execute(sql, params, many, context)
+
+    with connections["node"].execute_wrapper(watch):
+        services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    assert seen == [(True, True)]
+    assert QueueState.objects.get(pk=client.pk).delivered_through == 0
