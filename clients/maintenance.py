@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from clients import fanout, history, replication, services, stats
 from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
+from durablecache.cache import selectors as cache_selectors
 from durablecache.cache import sql
 from durablecache.cache.models import Entry, Event, Node
 from queues import selectors as queue_selectors
@@ -242,8 +243,6 @@ def prune_event_log() -> int:
         return 0
     horizon = timezone.now() - EVENT_RETENTION
     through = min(needed)
-    # Ended interests every such node has fanned out past want nothing more.
-    EndedInterest.objects.filter(until_seq__lte=through).delete()
     pruned = 0
     for _ in range(PRUNE_CHUNKS):
         # From the oldest event on, by the seq index, a chunk at a time: one
@@ -265,4 +264,26 @@ def prune_event_log() -> int:
         pruned += done
         if upto == through or not done:
             break
+    _prune_ended_interests()
     return pruned
+
+
+def _prune_ended_interests() -> int:
+    """Delete the ended interests whose events have all left the log: no
+    node can fan them out any more (one that restarts behind the log
+    starts its queues afresh). Rows a client's delete holds are left to it
+    (skipped, not waited for: the two would lock them in either order)."""
+    head = cache_selectors.event_log_head()  # before the oldest: see below
+    oldest = cache_selectors.event_log_oldest()
+    # With the log empty, only what ended by the head read first: an
+    # interest ending since may cover an event written since.
+    ended = EndedInterest.objects.filter(
+        until_seq__lte=head if oldest is None else oldest - 1
+    )
+    with transaction.atomic():
+        pks = list(
+            ended.select_for_update(skip_locked=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        return EndedInterest.objects.filter(pk__in=pks).delete()[0] if pks else 0

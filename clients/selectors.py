@@ -81,8 +81,8 @@ def interest_rows(
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
     return [
-        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), *rest)
-        for pk, region, kind, selector, since, here, *rest in rows
+        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode, until)
+        for pk, region, kind, selector, since, here, mode, until in rows
     ]
 
 

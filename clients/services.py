@@ -45,6 +45,7 @@ from clients.replication import (
     top_up,
 )
 from durablecache.cache import selectors as cache_selectors
+from durablecache.cache import services as cache_services
 from durablecache.cache import sql
 from durablecache.cache.exceptions import ValidationError
 from durablecache.cache.models import Node
@@ -354,7 +355,6 @@ def _mark_disconnected(
     if not clients:
         return
     now = at or timezone.now()
-    _end_interests(Interest.objects.filter(client__in=clients, is_durable=False))
     for client in clients:
         client.is_connected = False
         client.channel_name = ""
@@ -364,6 +364,8 @@ def _mark_disconnected(
     rows = sql.prepared_rows(clients, _RELEASED, db)
     sql.update_rows(db, DurableClient, _RELEASED[:-1], _RELEASED[-1:], rows)
     history.record_many(clients, "disconnected", detail=why)
+    # Last: it locks the event log, which writers wait for, to the commit.
+    _end_interests(Interest.objects.filter(client__in=clients, is_durable=False))
 
 
 def _delete_client(client: DurableClient) -> None:
@@ -523,10 +525,24 @@ def interest_delete(*, client: DurableClient, pk: int) -> None:
 def _end_interests(interests: QuerySet[Interest]) -> int:
     """Delete these interests; return how many went. Each one that may have
     wanted an event already written is kept as an ``EndedInterest`` through
-    the log head read here, so every host of the queue, however far behind
-    its fan-out is, queues the same events for it: those written before the
-    removal (the events written after are not its, on any host)."""
+    the log head, so every host of the queue, however far behind its
+    fan-out is, queues the same events for it: those written before the
+    removal (the events written after are not its, on any host).
+
+    Locks, in this order: the interests' clients (by pk, as a socket's end,
+    an expiry and a delete lock them), the interests, then the event log,
+    held to the commit: a write that reserved a seq commits first and is
+    the interest's, a later one waits and is not (a head read without the
+    lock could miss an event already committed when the removal commits,
+    which the hosts whose fan-out had seen the live interest queued)."""
     with transaction.atomic():
+        owners = interests.values_list("client_id", flat=True).distinct()
+        list(
+            DurableClient.objects.select_for_update()
+            .filter(pk__in=list(owners))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         rows = list(
             interests.select_for_update().values_list(
                 "pk", "client_id", "region", "kind", "selector", "since_seq"
@@ -534,7 +550,7 @@ def _end_interests(interests: QuerySet[Interest]) -> int:
         )
         if not rows:
             return 0
-        until = cache_selectors.event_log_head()
+        until = cache_services.event_log_head_locked()
         EndedInterest.objects.bulk_create(
             EndedInterest(
                 client_id=client_id,

@@ -63,6 +63,19 @@ def _lock_log(reserve: int, cursor: Any = None) -> int:
 # of them (docs/performance.md, "The ORM on the hot paths").
 
 
+def event_log_head_locked() -> int:
+    """Lock the event log until the caller's transaction ends and return
+    its head: every write that reserved a seq has committed, and no write
+    commits another before the caller does (call inside a transaction)."""
+    head = (
+        EventLog.objects.select_for_update(no_key=True)
+        .filter(pk=1)
+        .values_list("last_seq", flat=True)
+        .first()
+    )
+    return head or 0
+
+
 def _insert_sql(model: Any, fields: list[Any]) -> str:
     return sql.insert_sql(model, fields, connection)
 

@@ -232,3 +232,41 @@ def test_a_sessions_delivered_marks_are_forgotten_before_its_client_is_released(
         services.client_disconnected(client_id=client.id, channel_name="ch-1")
     assert seen == [(True, True)]
     assert QueueState.objects.get(pk=client.pk).delivered_through == 0
+
+
+def test_ending_interests_locks_their_clients_then_them_then_the_event_log(
+    user, region
+):
+    """The order a socket's end, an expiry and a delete take too (clients
+    first), and the event log last, held to the commit, so that the head
+    read is every write that will be the interest's."""
+    client = hello(user, "locks").client
+    register(client, durable=True, keys=["a"])
+    cache_services.entry_put(region="prices", key="a", value=1)
+    selects = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("SELECT"):
+            for table in (
+                "clients_durableclient",
+                "clients_interest",
+                "cache_eventlog",
+            ):
+                if f'FROM "{table}"' in sql:
+                    selects.append((table, "FOR " in sql.upper()))
+        return execute(sql, params, many, context)
+
+    with connections["default"].execute_wrapper(watch):
+        assert (
+            services.interest_unregister(
+                client=client, region="prices", selector=parse_selector({"keys": ["a"]})
+            )
+            == 1
+        )
+    tables = [table for table, _ in selects]
+    clients_at = tables.index("clients_durableclient")
+    interests_at = len(tables) - 1 - tables[::-1].index("clients_interest")
+    log_at = tables.index("cache_eventlog")
+    assert clients_at < interests_at < log_at
+    if connections["default"].features.has_select_for_update:
+        assert all(selects[i][1] for i in (clients_at, interests_at, log_at))
