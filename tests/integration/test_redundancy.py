@@ -334,6 +334,50 @@ def test_every_host_killed_at_once_reports_the_queue_lost(cluster):
     assert welcome["primary"] == bystander
 
 
+def test_a_mode_changed_after_the_copy_was_made_holds_on_the_copy(cluster):
+    """A client whose secondary adopted its queue in conflate mode "true"
+    comes back with "false" and goes away: a key written five times
+    reaches it five times after its primary's SIGKILL (the secondary
+    conflates by the client's mode, not by the one it adopted)."""
+    operator, user = start_cluster(cluster, 2)
+    status, body = cluster.rest(
+        "POST", "/api/v1/regions/", operator, {"name": "c", "conflate_events": True}
+    )
+    assert status == 201, body
+
+    async def session(conflate, *, register=False, node="node-1"):
+        async with RawClient(cluster.ws_url(node), user) as ws:
+            welcome = await ws.hello(
+                durable_id="modes", redundancy=1, timeout=600, conflate=conflate
+            )
+            if register:
+                await ws.register("c", all_keys=True, durable=True, policy="none")
+            events, _ = await ws.ready_and_replay()
+            await ws.close(keepalive=True)
+        return welcome, events
+
+    asyncio.run(session(True, register=True))
+    wait_redundant(cluster, operator, "modes", via="node-1")
+    asyncio.run(session(False))
+    for value in range(5):
+        status, body = cluster.rest(
+            "PUT", "/api/v1/regions/c/entries/k/", user, {"value": value}
+        )
+        assert status in (200, 201), body
+    view = wait_redundant(cluster, operator, "modes", via="node-1", size=5)
+    assert view["primary"] == "node-1"
+    cluster.kill_node("node-1")
+    wait_redundant(
+        cluster, operator, "modes", via="node-2", copies=1, without="node-1", size=5
+    )
+    welcome, events = asyncio.run(session(False, node="node-2"))
+    assert welcome["primary"] == "node-2"
+    assert [(e["op"], e["version"]) for e in events] == [
+        ("create", 1),
+        *[("update", v) for v in range(2, 6)],
+    ]
+
+
 def test_killing_the_first_node_stops_no_periodic_work(cluster):
     """node-1 dies: expiry, failure detection and repair go on elsewhere."""
     operator, user = start_cluster(cluster, 3)
