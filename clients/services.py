@@ -14,7 +14,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from clients import history
@@ -365,7 +364,7 @@ def _mark_disconnected(
     sql.update_rows(db, DurableClient, _RELEASED[:-1], _RELEASED[-1:], rows)
     history.record_many(clients, "disconnected", detail=why)
     # Last: it locks the event log, which writers wait for, to the commit.
-    _end_interests(Interest.objects.filter(client__in=clients, is_durable=False))
+    _end_interests([client.pk for client in clients], is_durable=False)
 
 
 def _delete_client(client: DurableClient) -> None:
@@ -508,45 +507,46 @@ def interest_unregister(
 ) -> int:
     """Remove the rows of one selector; return how many went."""
     return _end_interests(
-        Interest.objects.filter(
-            client=client,
-            region=region,
-            kind=selector.kind,
-            selector__in=selector.values,
-        )
+        [client.pk],
+        region=region,
+        kind=selector.kind,
+        selector__in=selector.values,
     )
 
 
 def interest_delete(*, client: DurableClient, pk: int) -> None:
-    if _end_interests(Interest.objects.filter(client=client, pk=pk)) == 0:
+    if _end_interests([client.pk], pk=pk) == 0:
         raise UnknownClientError(f"no interest {pk}")
 
 
-def _end_interests(interests: QuerySet[Interest]) -> int:
-    """Delete these interests; return how many went. Each one that may have
-    wanted an event already written is kept as an ``EndedInterest`` through
-    the log head, so every host of the queue, however far behind its
-    fan-out is, queues the same events for it: those written before the
-    removal (the events written after are not its, on any host).
+def _end_interests(client_ids: list[uuid.UUID], **which: Any) -> int:
+    """Delete the interests of these clients that match ``which``; return
+    how many went. Each one that may have wanted an event already written
+    is kept as an ``EndedInterest`` through the log head, so every host of
+    the queue, however far behind its fan-out is, queues the same events
+    for it: those written before the removal (the events written after are
+    not its, on any host).
 
-    Locks, in this order: the interests' clients (by pk, as a socket's end,
-    an expiry and a delete lock them), the interests, then the event log,
-    held to the commit: a write that reserved a seq commits first and is
-    the interest's, a later one waits and is not (a head read without the
-    lock could miss an event already committed when the removal commits,
-    which the hosts whose fan-out had seen the live interest queued)."""
+    Locks, in this order: the clients (by pk, as a socket's end, an expiry
+    and a delete lock them; a no-op where the caller holds them), their
+    interests, then the event log, held to the commit: a write that
+    reserved a seq commits first and is the interest's, a later one waits
+    and is not (a head read without the lock could miss an event already
+    committed when the removal commits, which the hosts whose fan-out had
+    seen the live interest queued)."""
+    if not client_ids:
+        return 0
     with transaction.atomic():
-        owners = interests.values_list("client_id", flat=True).distinct()
         list(
             DurableClient.objects.select_for_update()
-            .filter(pk__in=list(owners))
+            .filter(pk__in=client_ids)
             .order_by("pk")
             .values_list("pk", flat=True)
         )
         rows = list(
-            interests.select_for_update().values_list(
-                "pk", "client_id", "region", "kind", "selector", "since_seq"
-            )
+            Interest.objects.select_for_update()
+            .filter(client_id__in=client_ids, **which)
+            .values_list("pk", "client_id", "region", "kind", "selector", "since_seq")
         )
         if not rows:
             return 0

@@ -58,9 +58,10 @@ def follow_pages(api, url):
     return pages
 
 
-def connected_client(user, durable_id, region="prices", **selector):
-    """A durable client said hello on node-1, with durable interest in
-    ``region`` (``all_keys`` unless a selector is given), no image."""
+def connected_client(user, durable_id, region="prices", *, durable=True, **selector):
+    """A durable client said hello on node-1, with interest in ``region``
+    (``all_keys`` unless a selector is given; a durable one unless
+    ``durable`` is false), no image."""
     options = services.parse_hello_options({"durable_id": durable_id})
     client = services.client_hello(
         user=user, channel_name=durable_id, options=options
@@ -69,7 +70,7 @@ def connected_client(user, durable_id, region="prices", **selector):
         client=client,
         region=region,
         selector=parse_selector(selector or {"all_keys": True}),
-        is_durable=True,
+        is_durable=durable,
         policy="none",
     )
     return client

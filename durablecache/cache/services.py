@@ -65,15 +65,11 @@ def _lock_log(reserve: int, cursor: Any = None) -> int:
 
 def event_log_head_locked() -> int:
     """Lock the event log until the caller's transaction ends and return
-    its head: every write that reserved a seq has committed, and no write
-    commits another before the caller does (call inside a transaction)."""
-    head = (
-        EventLog.objects.select_for_update(no_key=True)
-        .filter(pk=1)
-        .values_list("last_seq", flat=True)
-        .first()
-    )
-    return head or 0
+    its head, reserving nothing (``_lock_log``): every write that reserved
+    a seq has committed, and none commits another before the caller does.
+    Unlike a write, the caller may hold other locks first, none of which a
+    writer takes (``clients.services._end_interests``: client rows)."""
+    return _lock_log(0)
 
 
 def _insert_sql(model: Any, fields: list[Any]) -> str:

@@ -65,23 +65,6 @@ def test_only_sockets_held_on_this_node_are_woken(user, region, monkeypatch):
     assert rung == [({here.id}, "node-1")]  # one socket to wake
 
 
-def _with_interest(user, durable_id, *, durable, **selector):
-    """A durable client on node-1 with one interest in "prices" (a durable
-    or a non-durable one), its socket still open."""
-    options = services.parse_hello_options({"durable_id": durable_id})
-    client = services.client_hello(
-        user=user, channel_name=durable_id, options=options
-    ).client
-    services.interest_register(
-        client=client,
-        region="prices",
-        selector=parse_selector(selector or {"all_keys": True}),
-        is_durable=durable,
-        policy="none",
-    )
-    return client
-
-
 def test_a_fan_out_behind_a_socket_end_still_queues_what_was_written_before(
     user, region
 ):
@@ -89,7 +72,7 @@ def test_a_fan_out_behind_a_socket_end_still_queues_what_was_written_before(
     interest's on every host, however late a host's fan-out comes to them
     (a secondary behind its primary): here the fan-out runs only after the
     socket ended and the interest went."""
-    client = _with_interest(user, "behind", durable=False, keys=["a"])
+    client = connected_client(user, "behind", durable=False, keys=["a"])
     cache_services.entry_put(region="prices", key="a", value=1)
     services.client_disconnected(client_id=client.id, channel_name="behind")
     assert not Interest.objects.filter(client=client).exists()
@@ -99,7 +82,7 @@ def test_a_fan_out_behind_a_socket_end_still_queues_what_was_written_before(
 
 
 def test_an_unregistered_interest_keeps_what_was_written_before_it_went(user, region):
-    client = _with_interest(user, "unreg", durable=True, regex="a.*")
+    client = connected_client(user, "unreg", durable=True, regex="a.*")
     cache_services.entry_put(region="prices", key="ab", value=1)
     assert (
         services.interest_unregister(
@@ -113,14 +96,14 @@ def test_an_unregistered_interest_keeps_what_was_written_before_it_went(user, re
 
 
 def test_an_interest_that_saw_no_event_leaves_nothing_behind(user, region):
-    client = _with_interest(user, "quiet", durable=False)
+    client = connected_client(user, "quiet", durable=False)
     services.client_disconnected(client_id=client.id, channel_name="quiet")
     assert not EndedInterest.objects.exists()
 
 
 def test_ended_interests_go_once_their_events_left_the_log(user, region, monkeypatch):
     monkeypatch.setattr(maintenance, "EVENT_RETENTION", timedelta(0))
-    client = _with_interest(user, "pruned", durable=False)
+    client = connected_client(user, "pruned", durable=False)
     cache_services.entry_put(region="prices", key="a", value=1)
     services.client_disconnected(client_id=client.id, channel_name="pruned")
     ended = EndedInterest.objects.get()

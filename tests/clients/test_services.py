@@ -246,14 +246,13 @@ def test_ending_interests_locks_their_clients_then_them_then_the_event_log(
     selects = []
 
     def watch(execute, sql, params, many, context):
-        if sql.lstrip().upper().startswith("SELECT"):
-            for table in (
-                "clients_durableclient",
-                "clients_interest",
-                "cache_eventlog",
-            ):
+        statement = sql.lstrip().upper()
+        if statement.startswith("SELECT"):
+            for table in ("clients_durableclient", "clients_interest"):
                 if f'FROM "{table}"' in sql:
-                    selects.append((table, "FOR " in sql.upper()))
+                    selects.append((table, "FOR " in statement))
+        elif statement.startswith("UPDATE CACHE_EVENTLOG"):  # an UPDATE locks
+            selects.append(("cache_eventlog", True))
         return execute(sql, params, many, context)
 
     with connections["default"].execute_wrapper(watch):
