@@ -460,13 +460,27 @@ def interest_register(
     New rows see events with seq above the log head read here, and the
     image is read after that, so nothing written in between is missed
     (the client's cache ignores an event no newer than its image).
+
+    The head is read with the event log locked to the commit, as
+    ``_end_interests`` reads its end: a write that commits between a head
+    read without the lock and the rows' commit has a seq above ``since``,
+    so a host whose fan-out read it before the rows existed skipped it
+    while a host that read it after queued it. Locks, in this order: the
+    client (as ``_end_interests``, which takes its interests before the
+    log: holding the client first keeps the two from waiting on each
+    other), the event log, the interests.
     """
     cache_selectors.region_get(name=region)
     if is_durable and not client.is_durable:
         raise ValidationError("durable interest needs a durable client")
-    since = cache_selectors.event_log_head()
     rows = []
     with transaction.atomic():
+        list(
+            DurableClient.objects.select_for_update()
+            .filter(pk=client.pk)
+            .values_list("pk")
+        )
+        since = cache_services.event_log_head_locked()
         for value in selector.values:
             interest, created = Interest.objects.get_or_create(
                 client=client,

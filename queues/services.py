@@ -196,6 +196,7 @@ class _Head:
     last_seq: int
     delivered_through: int
     size: int
+    acked_through: int
 
 
 def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
@@ -209,7 +210,8 @@ def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
         for chunk in sql.chunks(client_ids, 500):
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
-                "SELECT client_id, conflate, last_seq, delivered_through, size"  # noqa: S608
+                "SELECT client_id, conflate, last_seq, delivered_through, size,"  # noqa: S608
+                " acked_through"
                 f" FROM {_table(QueueState)} WHERE client_id IN ({marks})"
                 f" ORDER BY client_id{lock}",
                 [_state_pk(pk, connection) for pk in chunk],
@@ -248,14 +250,18 @@ def _append(
     every queue (the fan-out appends in log order), with gaps, and the same
     on every host of a queue, so an ``ack up_to`` means the same rows
     wherever it is applied. Events at or below the head were appended
-    already (a replayed fan-out) and are skipped.
+    already (a replayed fan-out) and are skipped, and so are events at or
+    below what the queue has acknowledged: on a secondary the primary's
+    relayed ack may come before this node's fan-out has read the events it
+    names, which the client must not be given again after a failover.
     """
     new: list[list[Any] | None] = []
     pending_update: dict[tuple[str, str | None], int] = {}
     deleted = 0
     queue = _state_pk(state.client_id, prepared.connection)
+    done_through = max(state.last_seq, state.acked_through)
     for event in events:
-        if event.seq <= state.last_seq:
+        if event.seq <= done_through:
             continue
         state.last_seq = event.seq
         ident = (event.region, event.key)
@@ -757,8 +763,9 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
     no queue (a node that handed its queues over when it stopped): it was
     reading every event it missed, up to the log's retention, before its
     first useful fan-out. A store whose cursor fell
-    behind the oldest event still in the log (``oldest``) missed events
-    that were pruned meanwhile, which the cluster allows only for a node
+    behind the oldest event still in the log (``oldest``; or behind
+    ``head`` when the log is empty) missed events that were pruned
+    meanwhile, which the cluster allows only for a node
     that was down and hosted nothing: its queues are stale copies, so they
     are dropped and the cursor jumps to ``head`` (a copy placed here later
     starts from there).
@@ -774,7 +781,11 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
                 cursor.fanout_through = head
                 cursor.save(update_fields=["fanout_through", "updated_at"])
             return 0
-        if oldest is None or cursor.fanout_through >= oldest - 1:
+        # Every event after the cursor is still in the log, or none was
+        # written: an emptied log with the head past the cursor was pruned
+        # past it, as much a gap as an oldest event beyond it.
+        first_kept = head + 1 if oldest is None else oldest
+        if cursor.fanout_through >= first_kept - 1:
             return 0
         dropped = QueueState.objects.count()
         QueueEntry.objects.all().delete()

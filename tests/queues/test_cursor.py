@@ -40,11 +40,24 @@ def test_a_store_left_behind_by_pruning_drops_its_stale_copies_and_jumps():
     assert selectors.queue_client_ids() == []
 
 
-def test_an_empty_log_never_counts_as_a_gap():
+def test_an_empty_log_at_the_cursor_is_no_gap():
+    FanoutCursor.objects.create(node=NODE, fanout_through=80)
+    queue = uuid.uuid4()
+    services.queue_ensure(client_id=queue, durable_id="d1", conflate="server")
+    assert services.cursor_init(node=NODE, head=80, oldest=None) == 0
+    assert selectors.fanout_cursor(node=NODE) == 80
+    assert selectors.queue_client_ids() == [queue]
+
+
+def test_a_log_emptied_past_the_cursor_is_a_gap():
+    # Events 4..80 were written and all pruned while this store was away:
+    # its copies missed them (before, an empty log was taken for "nothing
+    # missed", and a copy listed again was adopted as complete).
     FanoutCursor.objects.create(node=NODE, fanout_through=3)
     services.queue_ensure(client_id=uuid.uuid4(), durable_id="d1", conflate="server")
-    assert services.cursor_init(node=NODE, head=80, oldest=None) == 0
-    assert selectors.fanout_cursor(node=NODE) == 3
+    assert services.cursor_init(node=NODE, head=80, oldest=None) == 1
+    assert selectors.fanout_cursor(node=NODE) == 80
+    assert selectors.queue_client_ids() == []
 
 
 def test_a_store_that_hosts_no_queue_starts_at_the_log_head():

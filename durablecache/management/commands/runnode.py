@@ -97,6 +97,11 @@ class Node:
         """Create and migrate the node store; forget sockets of a past life."""
         nodes.ensure_node_store()
         call_command("migrate", database="node", verbosity=0, interactive=False)
+        # Up before the cursor is judged: from here on the other nodes'
+        # pruning keeps every event after this node's last reported cursor,
+        # so one pruned between the judgement and the registration cannot
+        # leave a store judged complete with a gap behind it.
+        cache_services.node_register(name=self.name, url=self.url)
         dropped = queue_services.cursor_init(
             node=self.name,
             head=cache_selectors.event_log_head(),
@@ -107,7 +112,6 @@ class Node:
                 f"{self.name}: down past the event log's retention; dropped "
                 f"{dropped} stale queue copies\n"
             )
-        cache_services.node_register(name=self.name, url=self.url)
         client_services.clients_node_restarted(node=self.name)
 
     def start_worker(self) -> subprocess.Popen[bytes]:
