@@ -432,13 +432,17 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     def holds(self, client_id: uuid.UUID) -> bool:
         return self.client is not None and self.client.id == client_id
 
-    def swept(self, *, primary: str | None, head: int) -> None:
+    def swept(self, *, primary: str | None, head: int, holder: str) -> None:
         """The hub's periodic look at this socket's client (clients.wakeups).
 
         Gone (an operator closed the client while its close was lost):
         4410. Moved to another primary (this node was taken for dead, or
-        handed the queue over): 4503, so the client reconnects there. Its
-        queue grew since the last look: wake (a doorbell may have been lost).
+        handed the queue over): 4503, so the client reconnects there. No
+        longer marked held by this socket (a node that took this one for
+        dead released it: its durable timeout runs, and would expire a
+        client still connected here): 4503, so its ``hello`` attaches it
+        again. Its queue grew since the last look: wake (a doorbell may
+        have been lost).
         """
         if self.is_closing:
             return
@@ -446,7 +450,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             wakeups.hub.spawn(
                 self.close_from_hub(services.CLOSE_BY_OPERATOR, gone=True)
             )
-        elif primary != self.node:
+        elif primary != self.node or holder != self.socket_id:
             wakeups.hub.spawn(self.close_from_hub(CLOSE_SHUTDOWN, gone=False))
         elif head > self.polled_head:
             self.polled_head = head

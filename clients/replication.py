@@ -57,19 +57,32 @@ class Membership:
 
     rows: dict[str, Node]
     suspects: set[str] = field(default_factory=set)
-    # This node before its first heartbeat (a test, a command): up.
+    # The node running this code (``read_here``): up (or draining) whatever
+    # its heartbeat says -- before its first one (a test, a command), or
+    # when its own heartbeat ran late (a busy cluster database, a paused
+    # VM): it is evidently alive, and taking itself for dead released its
+    # own live sockets' clients, which then expired while connected.
     assume_up: set[str] = field(default_factory=set)
 
     @classmethod
     def read(cls) -> "Membership":
         return cls(rows={n.name: n for n in Node.objects.all()})
 
+    @classmethod
+    def read_here(cls) -> "Membership":
+        """``read``, as the node running this code sees it: itself up."""
+        members = cls.read()
+        members.assume_up.add(settings.DURABLECACHE_NODE_NAME)
+        return members
+
     def state(self, name: str) -> str:
         node = self.rows.get(name)
         if name in self.suspects:
             return DOWN
+        if name in self.assume_up:
+            return DRAINING if node is not None and node.is_draining else UP
         if node is None:
-            return UP if name in self.assume_up else DOWN
+            return DOWN
         horizon = timezone.now() - timedelta(
             seconds=settings.DURABLECACHE_NODE_TIMEOUT_S
         )
@@ -265,7 +278,7 @@ def placement_repair() -> int:
     Run by every node's tick (idempotent under row locks); returns how many
     clients were looked at closely.
     """
-    members = Membership.read()
+    members = Membership.read_here()
     live = members.up()
     if not live:
         return 0

@@ -106,19 +106,29 @@ def redundancy_satisfied(client: DurableClient) -> bool:
     return replication.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
 
 
-def client_primaries(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The primary node of each of these clients (absent: the client is gone)."""
-    return sql.values_by_pk(DurableClient.objects, client_ids, "primary")
-
-
 def delivery_checks(
     *, client_ids: list[uuid.UUID]
-) -> dict[uuid.UUID, tuple[str | None, int]]:
-    """Each delivering socket's client: its primary (None once gone) and its
-    queue's last seq here, in one query per database (clients.wakeups)."""
-    primaries = client_primaries(client_ids=client_ids)
+) -> dict[uuid.UUID, tuple[str | None, int, str]]:
+    """Each delivering socket's client: its primary (None once gone), its
+    queue's last seq here, and the socket holding it ("" when it is marked
+    away), in one query per database (clients.wakeups)."""
+    rows: dict[uuid.UUID, tuple[str, str]] = {}
+    for chunk in sql.chunks(client_ids):
+        rows.update(
+            (pk, (primary, channel if connected else ""))
+            for pk, primary, connected, channel in DurableClient.objects.filter(
+                pk__in=chunk
+            ).values_list("pk", "primary", "is_connected", "channel_name")
+        )
     heads = queue_selectors.queue_heads(client_ids=client_ids)
-    return {cid: (primaries.get(cid), heads.get(cid, 0)) for cid in client_ids}
+    return {
+        cid: (
+            rows[cid][0] if cid in rows else None,
+            heads.get(cid, 0),
+            rows[cid][1] if cid in rows else "",
+        )
+        for cid in client_ids
+    }
 
 
 def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:

@@ -138,9 +138,7 @@ def _membership(durable_id: str | None) -> Membership:
     taken for down at once: failover in about a reconnect, not a node
     timeout.
     """
-    members = Membership.read()
-    node = self_node()
-    members.assume_up.add(node)
+    members = Membership.read_here()
     if durable_id is None or not settings.DURABLECACHE_PROBE_PEERS:
         return members
     seen = DurableClient.objects.filter(durable_id=durable_id).first()
@@ -639,9 +637,10 @@ def clients_of_dead_nodes_disconnect() -> int:
     """Treat clients recorded as connected to a dead node as dropped.
 
     Their timeout runs from the node's last heartbeat, so a node that never
-    comes back cannot keep its clients (and their queues) forever.
+    comes back cannot keep its clients (and their queues) forever. The node
+    running this is never among them, however late its own heartbeat.
     """
-    members = Membership.read()
+    members = Membership.read_here()
     dead = {
         name: row.last_heartbeat
         for name, row in members.rows.items()

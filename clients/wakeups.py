@@ -13,12 +13,13 @@ its sockets, in memory:
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
 - **the sweep**: every ``DURABLECACHE_POLL_S`` one query per database reads
-  the primary and queue head of every delivering socket's client
-  (``clients.selectors.delivery_checks``): a socket whose client is gone is
-  closed 4410, one whose client has another primary now 4503, and one whose
-  queue grew since the last look is woken. This heals a lost doorbell or
-  close and delivers while Redis is away, at one query per process and
-  period instead of two per socket.
+  the primary, queue head and holding socket of every delivering socket's
+  client (``clients.selectors.delivery_checks``): a socket whose client is
+  gone is closed 4410, one whose client has another primary now, or is no
+  longer marked held by it (released by a node that took this one for
+  dead), 4503, and one whose queue grew since the last look is woken.
+  This heals a lost doorbell or close and delivers while Redis is away, at
+  one query per process and period instead of two per socket.
 - **the reconcile**: every ``RECONCILE_S`` one query reads the clients
   marked connected to a socket of this process (its socket ids carry the
   hub's ``tag``); those whose socket is no longer open are released as if
@@ -108,7 +109,7 @@ class HubSocket(Protocol):
 
     async def close_from_hub(self, code: int, *, gone: bool) -> None: ...
 
-    def swept(self, *, primary: str | None, head: int) -> None: ...
+    def swept(self, *, primary: str | None, head: int, holder: str) -> None: ...
 
 
 class WakeHub:
@@ -238,10 +239,10 @@ class WakeHub:
         checks = await database_sync_to_async(selectors.delivery_checks)(
             client_ids=list(delivering)
         )
-        for client_id, (primary, head) in checks.items():
+        for client_id, (primary, head, holder) in checks.items():
             for socket in delivering[client_id]:
                 if socket in self.open and socket.woken_as == client_id:
-                    socket.swept(primary=primary, head=head)
+                    socket.swept(primary=primary, head=head, holder=holder)
         return sum(len(s) for s in delivering.values())
 
     async def reconcile(self) -> int:

@@ -692,6 +692,28 @@ async def test_a_socket_whose_queue_moved_to_another_primary_is_closed_4503(
     await sock.closed_with(4503)
 
 
+async def test_a_socket_whose_client_another_node_released_is_closed_4503(
+    session, token, region, write
+):
+    # Another node took this one for dead (its heartbeat late) and released
+    # the client as if its socket had dropped: its durable timeout runs, and
+    # would expire it while it is still connected here. The sweep closes the
+    # socket 4503; the client's hello attaches it again, nothing lost.
+    sock, _ = await session(token, durable_id="d1")
+    await sock.register(keys=["k"], durable=True, policy="none")
+    await sock.ready()
+    client = await db(DurableClient.objects.get)(durable_id="d1")
+    await db(services.clients_ended)(
+        ended=[(client.pk, client.channel_name, True)], why="node-1 down"
+    )
+    await sock.closed_with(4503)
+    await write(cache_services.entry_put, region="prices", key="k", value=1)
+    again, welcome = await session(token, durable_id="d1")
+    assert welcome["pending_events"] == 1
+    _, [event] = await again.ready()
+    assert (event["key"], event["value"], event["replay"]) == ("k", 1, True)
+
+
 async def test_a_lost_doorbell_is_healed_by_the_hub_sweep(
     session, token, region, write, monkeypatch
 ):

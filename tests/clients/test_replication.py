@@ -172,13 +172,24 @@ def test_state_horizon_is_the_node_timeout(settings):
 
 
 def test_suspects_are_down_and_up_lists_only_up_nodes():
-    m = members(up=["n3", "n1"], draining=["n2"], down=["n4"])
+    m = members(up=["n3", "n1"], draining=["n2"], down=["n4", "n5"])
     m.assume_up.update({"n0", "n4"})
-    assert m.up() == ["n0", "n1", "n3"]
+    # Assumed up: without a row, and whatever its heartbeat (the node
+    # running this code is alive, however late its own heartbeat).
+    assert m.up() == ["n0", "n1", "n3", "n4"]
     m.suspects.update({"n1", "n0"})
     assert m.state("n1") == DOWN
     assert m.state("n0") == DOWN
-    assert m.up() == ["n3"]
+    assert m.state("n5") == DOWN
+    assert m.up() == ["n3", "n4"]
+
+
+def test_the_node_reading_here_is_up_whatever_its_heartbeat():
+    nodes(up=["node-2"], draining=[], down=[HERE])
+    assert replication.Membership.read().state(HERE) == DOWN
+    assert replication.Membership.read_here().state(HERE) == UP
+    Node.objects.filter(name=HERE).update(is_draining=True)
+    assert replication.Membership.read_here().state(HERE) == DRAINING
 
 
 def test_read_takes_every_node_row():
@@ -441,11 +452,13 @@ def test_placement_repair_uses_reported_load(
     assert replication.hosted_load() == Counter({"node-2": 2})
 
 
-def test_placement_repair_does_nothing_without_a_live_node(user):
+def test_placement_repair_takes_the_node_running_it_for_up(user):
+    # Its own heartbeat ran late (a busy cluster database, a paused VM):
+    # it is alive all the same, and its complete copy is promoted.
     nodes(down=[HERE, "node-2"])
     client = stored(user, primary="node-2", secondaries=[HERE])
-    assert replication.placement_repair() == 0
-    assert hosts_of(client) == ("node-2", [HERE], [])
+    assert replication.placement_repair() == 1
+    assert hosts_of(client)[0] == HERE
 
 
 # copies -------------------------------------------------------------------

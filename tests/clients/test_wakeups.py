@@ -117,7 +117,7 @@ class _FakeSocket:
     async def close_from_hub(self, code, *, gone):
         self.closed.set_result((code, gone))
 
-    def swept(self, *, primary, head):
+    def swept(self, *, primary, head, holder):
         raise AssertionError("not swept here")
 
 

@@ -1,0 +1,72 @@
+"""A node never takes itself for dead, however late its own heartbeat.
+
+One node (``node-1``), the test settings' SQLite stores and in-memory
+channel layer; sockets through channels' WebsocketCommunicator, as
+tests/clients/test_consumers.py drives them. Found by a review of the
+delivery rules on one node: before ``Membership.read_here``, the test
+below failed (the socket was closed 4410, its client row gone).
+"""
+
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async as db
+from django.utils import timezone
+
+from clients import maintenance
+from clients.models import DurableClient
+from durablecache.cache import services as cache_services
+from durablecache.cache.models import Node
+from tests.clients.conftest import WAIT_S
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
+
+
+def _heartbeat_stalled(name: str, seconds: float) -> None:
+    Node.objects.filter(name=name).update(
+        last_heartbeat=timezone.now() - timedelta(seconds=seconds)
+    )
+
+
+async def test_a_node_whose_own_heartbeat_lagged_keeps_its_connected_clients(
+    session, token, region, write, settings
+):
+    """DESIGN §3/§6: a durable client is expired only when it "stays away
+    longer than timeout"; a connected client's queue and interests stay.
+
+    Before ``Membership.read_here``: node-1's tick judged every node by
+    heartbeat age, itself included. If runnode's supervise loop lags the
+    node timeout once (its heartbeat UPDATE waiting on a busy cluster
+    database, a slow broker send in tick_on, a VM pause) while the worker
+    runs a tick that may judge, ``clients_of_dead_nodes_disconnect`` takes
+    node-1 for dead and releases its own live sockets' clients: rows marked
+    disconnected with ``expires_at`` = last heartbeat + timeout, delivered
+    marks reset under a live session. Nothing re-attaches them once the
+    heartbeat is back (the hub's sweep looks only at primary and queue
+    head), so the client is expired while still connected: queue and durable
+    interests are dropped, the socket is closed 4410, and events written
+    meanwhile are never delivered (a short timeout shows it in one tick;
+    with the default 300 s it happens 300 s later, the socket open all
+    along).
+    """
+    settings.DURABLECACHE_NODE_TIMEOUT_S = 5
+    await db(cache_services.node_register)(name="node-1", url="http://127.0.0.1:1")
+    sock, welcome = await session(token, durable_id="d1", timeout=5)
+    assert welcome["pending_events"] == -2
+    await sock.register(keys=["k"], durable=True, policy="none")
+    await sock.ready()
+
+    # One heartbeat 10 s late, then a tick that may judge (runnode sent it
+    # with judge=True: the node had heartbeaten steadily before the stall).
+    await db(_heartbeat_stalled)("node-1", 10)
+    await db(maintenance.tick)("node-1", True)
+    await db(cache_services.node_heartbeat)(name="node-1")  # the node is fine
+
+    # The socket never left: an event written now must reach it.
+    await write(cache_services.entry_put, region="prices", key="k", value=1)
+    out = await sock.comm.receive_output(timeout=WAIT_S)
+    client = await db(DurableClient.objects.filter(durable_id="d1").first)()
+    assert out["type"] == "websocket.send", (
+        f"the connected client was expired: {out}; client row {client}"
+    )
+    assert '"type":"event"' in out["text"].replace(" ", ""), out
