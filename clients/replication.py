@@ -144,21 +144,42 @@ def _set_secondaries(client: DurableClient, secondaries: list[str]) -> None:
 def fail_over(client: DurableClient, members: Membership) -> bool:
     """Drop hosts that are not up; promote a secondary if the primary went.
 
-    Returns whether the client ends with an up (or this-node) primary. When
-    the primary is gone and no complete copy is up, nothing changes: its
-    hosts may come back (a restart keeps the store), and a ``hello``
-    meanwhile is told the queue is lost.
+    Returns whether the client ends with an up (or this-node) primary.
+
+    * A primary up keeps its up secondaries.
+    * A primary down or draining gives way to the first complete up copy.
+    * A draining primary without one keeps only its up secondaries: it
+      must hand the queue to an up node, and a host that is not up,
+      counted among the secondaries, kept the copy from being made (two
+      nodes stopped together kept their shared queue until they exited).
+    * A primary down without one gives way to a complete copy on a
+      draining node (stopping, handing its queues over), whose handover
+      then moves the queue to an up node: left listed, that copy left with
+      its node. Else nothing changes: its hosts may come back (a restart
+      keeps the store), and a ``hello`` meanwhile is told the queue is lost.
     """
     keep = [s for s in client.secondaries if members.state(s) == UP]
-    if members.state(client.primary) == UP:
+    primary = members.state(client.primary)
+    if primary == UP:
         _set_secondaries(client, keep)
         return True
     complete = [s for s in keep if s not in client.syncing]
-    if not complete:
+    if complete:
+        client.primary = complete[0]
+        _set_secondaries(client, [s for s in keep if s != complete[0]])
+        return True
+    if primary == DRAINING:
+        _set_secondaries(client, keep)
         return False
-    client.primary = complete[0]
-    _set_secondaries(client, [s for s in keep if s != complete[0]])
-    return True
+    handing = [
+        s
+        for s in client.secondaries
+        if members.state(s) == DRAINING and s not in client.syncing
+    ]
+    if handing:
+        client.primary = handing[0]
+        _set_secondaries(client, keep)
+    return False
 
 
 def top_up(

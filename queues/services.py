@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import BooleanField, ExpressionWrapper, F, Q, Value
+from django.db.models import (
+    BooleanField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Value,
+)
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -592,12 +600,44 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
         # old one. The page's rows were classified in the page's mode.
         if wanted and page["conflate"] != state.conflate:
             _classify_updates(client_id, state.conflate)
+        if wanted:
+            state.size -= _conflate_copied(state)
         state.durable_id = page["durable_id"]
         state.copy_after = max(state.copy_after, int(page["next_after"]))
         state.copy_requested_at = timezone.now()
         state.is_synced = bool(page["done"])
         state.save()
     return state.is_synced
+
+
+def _conflate_copied(state: QueueState) -> int:
+    """Conflate the copied rows that this copy's own fan-out has superseded;
+    return how many went.
+
+    The copy's fan-out appends the events after ``copy_upto`` while the
+    source's pages, built earlier, bring the rows up to it: an update of a
+    key the source conflated away when a later one came (the same later
+    one this fan-out appended, with nothing of the key to conflate yet)
+    arrived below it, and a client served by the source, given only the
+    later one, would be replayed the older after a failover. As the
+    fan-out would have conflated it (``_drop_undelivered_update``): an
+    update that may conflate, not delivered by this copy's marks, with a
+    later update of its key that may conflate too."""
+    later = QueueEntry.objects.filter(
+        queue=state,
+        conflates=True,
+        seq__gt=state.copy_upto,
+        region=OuterRef("region"),
+        key=OuterRef("key"),
+    )
+    superseded = QueueEntry.objects.filter(
+        Exists(later),
+        queue=state,
+        conflates=True,
+        seq__lte=state.copy_upto,
+        seq__gt=state.delivered_through,
+    )
+    return int(superseded.delete()[0])
 
 
 def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
