@@ -72,6 +72,10 @@ class Session:
     closed_event: asyncio.Event = field(default_factory=asyncio.Event)
     close_code: int | None = None
     close_reason: str = ""
+    # Set once `close` has sent its final ack: events still arriving on
+    # this socket are not delivered (they would never be acked; the server
+    # keeps them for the next session when asked to).
+    final_ack_sent: bool = False
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     def fail_pending(self) -> None:

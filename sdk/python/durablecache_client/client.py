@@ -273,6 +273,11 @@ class AsyncDurableClient:
         if session is not None and not session.closed_event.is_set():
             await self._drain_dispatch()
             await self._flush_ack(session)
+            # Events the server sent before it reads `close` may still
+            # arrive: handed to the listener after the final ack, they were
+            # never acked, and a kept queue gave them to the application
+            # again on its next connection.
+            session.final_ack_sent = True
             frame = {"type": "close", "keepalive": bool(keepalive)}
             try:
                 await self._request_on(session, frame, limit=self._close_timeout)
@@ -703,6 +708,9 @@ class AsyncDurableClient:
         """
         while True:
             session, kind, item = await self._dispatch_queue.get()
+            if kind == "event" and session.final_ack_sent:
+                self._dispatch_queue.task_done()
+                continue
             try:
                 if kind == "event":
                     await self._deliver_event(item)
