@@ -112,23 +112,15 @@ def delivery_checks(
     """Each delivering socket's client: its primary (None once gone), its
     queue's last seq here, and the socket holding it ("" when it is marked
     away), in one query per database (clients.wakeups)."""
-    rows: dict[uuid.UUID, tuple[str, str]] = {}
-    for chunk in sql.chunks(client_ids):
-        rows.update(
-            (pk, (primary, channel if connected else ""))
-            for pk, primary, connected, channel in DurableClient.objects.filter(
-                pk__in=chunk
-            ).values_list("pk", "primary", "is_connected", "channel_name")
-        )
+    rows = sql.rows_by_pk(
+        DurableClient.objects, client_ids, "primary", "is_connected", "channel_name"
+    )
     heads = queue_selectors.queue_heads(client_ids=client_ids)
-    return {
-        cid: (
-            rows[cid][0] if cid in rows else None,
-            heads.get(cid, 0),
-            rows[cid][1] if cid in rows else "",
-        )
-        for cid in client_ids
-    }
+    checks = {}
+    for cid in client_ids:
+        primary, connected, socket = rows.get(cid, (None, False, ""))
+        checks[cid] = (primary, heads.get(cid, 0), socket if connected else "")
+    return checks
 
 
 def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:

@@ -473,11 +473,7 @@ def interest_register(
         raise ValidationError("durable interest needs a durable client")
     rows = []
     with transaction.atomic():
-        list(
-            DurableClient.objects.select_for_update()
-            .filter(pk=client.pk)
-            .values_list("pk")
-        )
+        _lock_clients([client.pk])
         since = cache_services.event_log_head_locked()
         for value in selector.values:
             interest, created = Interest.objects.get_or_create(
@@ -531,6 +527,16 @@ def interest_delete(*, client: DurableClient, pk: int) -> None:
         raise UnknownClientError(f"no interest {pk}")
 
 
+def _lock_clients(client_ids: list[uuid.UUID]) -> None:
+    """Lock these clients' rows, by pk (inside a transaction)."""
+    list(
+        DurableClient.objects.select_for_update()
+        .filter(pk__in=client_ids)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
 def _end_interests(client_ids: list[uuid.UUID], **which: Any) -> int:
     """Delete the interests of these clients that match ``which``; return
     how many went. Each one that may have wanted an event already written
@@ -549,12 +555,7 @@ def _end_interests(client_ids: list[uuid.UUID], **which: Any) -> int:
     if not client_ids:
         return 0
     with transaction.atomic():
-        list(
-            DurableClient.objects.select_for_update()
-            .filter(pk__in=client_ids)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
+        _lock_clients(client_ids)
         rows = list(
             Interest.objects.select_for_update()
             .filter(client_id__in=client_ids, **which)

@@ -600,7 +600,7 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
         # old one. The page's rows were classified in the page's mode.
         if wanted and page["conflate"] != state.conflate:
             _classify_updates(client_id, state.conflate)
-        if wanted:
+        if wanted and state.conflate != "false":
             state.size -= _conflate_copied(state)
         state.durable_id = page["durable_id"]
         state.copy_after = max(state.copy_after, int(page["next_after"]))

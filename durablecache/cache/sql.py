@@ -24,9 +24,17 @@ def chunks(items: Sequence[T], size: int = PARAMS_PER_LOOKUP) -> Iterator[Sequen
 
 def values_by_pk(queryset: Any, pks: Sequence[Any], field: str) -> dict[Any, Any]:
     """``{pk: field}`` of the rows of ``queryset`` among ``pks``."""
-    found: dict[Any, Any] = {}
+    return {pk: value for pk, (value,) in rows_by_pk(queryset, pks, field).items()}
+
+
+def rows_by_pk(
+    queryset: Any, pks: Sequence[Any], *fields: str
+) -> dict[Any, tuple[Any, ...]]:
+    """``{pk: (field, ...)}`` of the rows of ``queryset`` among ``pks``."""
+    found: dict[Any, tuple[Any, ...]] = {}
     for chunk in chunks(pks):
-        found.update(queryset.filter(pk__in=chunk).values_list("pk", field))
+        for pk, *values in queryset.filter(pk__in=chunk).values_list("pk", *fields):
+            found[pk] = tuple(values)
     return found
 
 
