@@ -74,3 +74,14 @@ def connected_client(user, durable_id, region="prices", *, durable=True, **selec
         policy="none",
     )
     return client
+
+
+def queued_seqs(client_id):
+    """The seqs queued for a client in this node store, in order."""
+    from queues.models import QueueEntry
+
+    return list(
+        QueueEntry.objects.filter(queue_id=client_id)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )

@@ -10,7 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from clients import fanout
+from clients import fanout, tasks
 from durablecache.asgi import application
 
 PATH = "/ws/v1/subscribe"
@@ -140,3 +140,22 @@ def write():
         return result
 
     return run
+
+
+def recorder(monkeypatch: Any, name: str) -> list[tuple[Any, ...]]:
+    """Replace ``clients.tasks.<name>`` with one that records its arguments."""
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(tasks, name, lambda *args: calls.append(args))
+    return calls
+
+
+@pytest.fixture
+def adopted(monkeypatch):
+    """The ``adopt`` tasks sent (to their node), recorded instead."""
+    return recorder(monkeypatch, "adopt_on")
+
+
+@pytest.fixture
+def dropped(monkeypatch):
+    """The ``drop_queue`` tasks sent, recorded instead."""
+    return recorder(monkeypatch, "drop_queue_on")

@@ -19,27 +19,17 @@ from durablecache.cache.models import Event
 from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import FanoutCursor, QueueEntry
+from queues.models import FanoutCursor
 from tests.clients.test_replication import (
     HERE,
     hello,
     hosts_of,
     nodes,
-    recorder,
     stored,
 )
+from tests.helpers import queued_seqs
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
-
-
-@pytest.fixture
-def adopted(monkeypatch):
-    return recorder(monkeypatch, "adopt_on")
-
-
-@pytest.fixture
-def dropped(monkeypatch):
-    return recorder(monkeypatch, "drop_queue_on")
 
 
 @pytest.fixture
@@ -168,14 +158,6 @@ def _event(seq, key, op, version):
     )
 
 
-def _seqs(client_id):
-    return list(
-        QueueEntry.objects.filter(queue_id=client_id)
-        .order_by("seq")
-        .values_list("seq", flat=True)
-    )
-
-
 def test_a_copied_update_the_copys_fanout_superseded_is_conflated(user):
     """Contract (DESIGN §3): events of one key reach a client in version
     order, and every host of a queue holds the same events (an ``ack up_to``
@@ -218,10 +200,10 @@ def test_a_copied_update_the_copys_fanout_superseded_is_conflated(user):
     v3 = _event(105, "K", "update", 3)
     with transaction.atomic(using="node"):  # each host's own fan-out of v3
         queue_services.queue_append_many({source.pk: [v3], copy.pk: [v3]})
-    assert _seqs(source.pk) == [90, 105]  # the source conflated v2 away
+    assert queued_seqs(source.pk) == [90, 105]  # the source conflated v2 away
 
     assert queue_services.queue_copy_in(client_id=copy.pk, page=page) is True
-    assert _seqs(copy.pk) == _seqs(source.pk), (
+    assert queued_seqs(copy.pk) == queued_seqs(source.pk), (
         "the copy holds K v2 under K v3: replayed after v3 to a client "
         "that got v3 from the source"
     )

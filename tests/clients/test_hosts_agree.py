@@ -23,7 +23,9 @@ from durablecache.cache import services as cache_services
 from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import FanoutCursor, QueueEntry
+from queues.models import FanoutCursor
+from tests.clients.conftest import recorder
+from tests.helpers import queued_seqs
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -82,14 +84,6 @@ def write(*keys):
     ]
 
 
-def queued(client_id):
-    return list(
-        QueueEntry.objects.filter(queue_id=client_id)
-        .order_by("seq")
-        .values_list("seq", flat=True)
-    )
-
-
 def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queued(
     user, region, monkeypatch
 ):
@@ -138,12 +132,12 @@ def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queu
     assert result.client is not None
     assert result.client.primary == "node-2"
 
-    assert queued(client.id) == [], "events acked on the primary are queued again"
+    assert queued_seqs(client.id) == [], "events acked on the primary are queued again"
     assert result.pending_events == 0
 
 
 def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
-    user, region, monkeypatch, django_capture_on_commit_callbacks
+    user, region, monkeypatch, adopted, dropped, django_capture_on_commit_callbacks
 ):
     """Contract (protocol §4.6, operations "node crash with its store
     intact" / failure table): no matching event is missed unless the queue
@@ -163,10 +157,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     the client is welcomed with 1 pending event: the three written while
     node-2 was down are gone, and it is not told (-1).
     """
-    adopted = []
-    monkeypatch.setattr(tasks, "adopt_on", lambda *args: adopted.append(args))
-    monkeypatch.setattr(tasks, "copy_out_on", lambda *args: None)
-    monkeypatch.setattr(tasks, "drop_queue_on", lambda *args: None)
+    recorder(monkeypatch, "copy_out_on")
     set_node("node-1")
     set_node("node-2")
     client = durable_client(
@@ -174,7 +165,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     )
     write("a")
     fanout.fanout_node("node-2")
-    assert len(queued(client.id)) == 1
+    assert len(queued_seqs(client.id)) == 1
 
     # node-2 is SIGKILLed; node-1's tick takes it for down and unlists it.
     set_node("node-2", up=False, fanout_through=cache_selectors.event_log_head())
@@ -221,7 +212,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
 
 
 def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
-    user, region, monkeypatch
+    user, region, monkeypatch, adopted
 ):
     """Contract (ARCHITECTURE "Life of a write" 3, protocol §4.2/§4.5): a
     queue's hosts hold the same events (an ``ack up_to`` names the same
@@ -241,7 +232,6 @@ def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
     of the ``EndedInterest`` fix, which reads ``until_seq`` with the log
     locked.)
     """
-    monkeypatch.setattr(tasks, "adopt_on", lambda *args: None)
     set_node("node-1")
     set_node("node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": 1})
@@ -277,7 +267,7 @@ def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
     monkeypatch.setattr(cache_selectors, "event_log_head", real_head)
     v2 = write("K")[0]  # K v2, after the registration
     fanout.fanout_node("node-1")
-    on_node_1 = queued(client.id)
+    on_node_1 = queued_seqs(client.id)
 
     # What node-2's fan-out (its cursor still before K v1) queues for the
     # client: the same matching, read-only here (one test store).

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from clients import replication, services, tasks
+from clients import replication, services
 from clients.exceptions import ClientConnectedError, NodeDrainingError
 from clients.maintenance import report_queue_sizes
 from clients.models import ClientHistory, DurableClient, QueueSizeReport
@@ -26,6 +26,7 @@ from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState
+from tests.clients.conftest import recorder
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -109,23 +110,6 @@ def fill_queue(client_id, seqs, *, durable_id="d1"):
         queue_services.queue_append_many(
             {client_id: [LoggedEvent.of(e) for e in events]}
         )
-
-
-def recorder(monkeypatch, name):
-    """Replace ``clients.tasks.<name>`` with one that records its arguments."""
-    calls = []
-    monkeypatch.setattr(tasks, name, lambda *args: calls.append(args))
-    return calls
-
-
-@pytest.fixture
-def adopted(monkeypatch):
-    return recorder(monkeypatch, "adopt_on")
-
-
-@pytest.fixture
-def dropped(monkeypatch):
-    return recorder(monkeypatch, "drop_queue_on")
 
 
 @pytest.fixture

@@ -288,6 +288,19 @@ async def run_with(coro: Awaitable[Any], script: Callable[[], Awaitable[Any]]) -
             task.cancel()
 
 
+async def register_answered(
+    conn: FakeConnection, coro: Awaitable[Any], entries: Any = ()
+) -> Any:
+    """Run a client's register call while the server answers it with
+    `entries`; return the call's result."""
+
+    async def script() -> None:
+        request = await conn.recv()
+        await conn.answer_register(request, list(entries))
+
+    return await run_with(coro, script)
+
+
 @pytest_asyncio.fixture
 async def server_factory() -> AsyncIterator[Callable[[], Awaitable[FakeServer]]]:
     """Start extra fake servers (nodes); all stop at teardown."""

@@ -5,19 +5,9 @@ before ``Session.final_ack_sent``)."""
 import asyncio
 
 import pytest
-from conftest import WAIT
+from conftest import WAIT, register_answered
 
 pytestmark = pytest.mark.asyncio
-
-
-async def register(conn, run, coro, entries=()):
-    """Run a register call, answering it with `entries`."""
-
-    async def script():
-        request = await conn.recv()
-        await conn.answer_register(request, list(entries))
-
-    return await run(coro, script)
 
 
 async def round_trips(conn, n=3):
@@ -27,7 +17,7 @@ async def round_trips(conn, n=3):
 
 
 async def test_an_event_arriving_after_close_s_final_ack_is_not_handed_over(
-    fake_server, make_client, run, recorder
+    fake_server, make_client, recorder
 ):
     """Contract (DESIGN §3, §6; sdk README "Acks", "Close"): the library
     acks what it handed to the listener, and "close() first lets already
@@ -49,7 +39,7 @@ async def test_an_event_arriving_after_close_s_final_ack_is_not_handed_over(
     _, conn = await fake_server.connect(client)
     conn.auto_close = False
     region = client.region("r", recorder)
-    await register(conn, run, region.register_all_keys(durable=True))
+    await register_answered(conn, region.register_all_keys(durable=True))
     await client.ready_for_events()
     await conn.recv("ready")
     await conn.marker(0, ["r"])
@@ -72,7 +62,7 @@ async def test_an_event_arriving_after_close_s_final_ack_is_not_handed_over(
     again = make_client(durable_id="app-1", ack_interval=60)
     _, conn2 = await fake_server.connect(again, pending_events=2 - acked)
     region2 = again.region("r", recorder)
-    await register(conn2, run, region2.register_all_keys(durable=True))
+    await register_answered(conn2, region2.register_all_keys(durable=True))
     await again.ready_for_events()
     await conn2.recv("ready")
     unacked = [("e1", 1, "create", 1), ("e2", 2, "update", 2)][acked:]

@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from conftest import register_answered
 from websockets.exceptions import ConnectionClosed
 
 from durablecache_client import ClientClosedError, FatalConnectionError
@@ -10,26 +11,16 @@ from durablecache_client import ClientClosedError, FatalConnectionError
 pytestmark = pytest.mark.asyncio
 
 
-async def register(conn, run, coro, entries=()):
-    """Run a register call, answering it with `entries`."""
-
-    async def script():
-        request = await conn.recv()
-        await conn.answer_register(request, list(entries))
-
-    return await run(coro, script)
-
-
 async def test_reconnect_after_drop_restores_registrations_and_ready(
-    fake_server, make_client, run, recorder
+    fake_server, make_client, recorder
 ):
     reconnected = []
     client = make_client(durable_id="app-1", on_reconnect=reconnected.append)
     _, conn = await fake_server.connect(client)
     region = client.region("r", recorder)
-    await register(conn, run, region.register_keys(["a", "b"], durable=True))
-    await register(conn, run, region.register_regex("x.*"))
-    await register(conn, run, region.register_cq("big", "value > 1", durable=True))
+    await register_answered(conn, region.register_keys(["a", "b"], durable=True))
+    await register_answered(conn, region.register_regex("x.*"))
+    await register_answered(conn, region.register_cq("big", "value > 1", durable=True))
     await client.ready_for_events()
     await conn.recv("ready")
     for seq in (1, 2, 3):
@@ -98,7 +89,7 @@ async def test_node_shutting_down_4503_reconnects_to_the_next_url(
 
 
 async def test_requests_made_while_reconnecting_go_to_the_new_session(
-    fake_server, make_client, run
+    fake_server, make_client
 ):
     client = make_client()
     _, conn = await fake_server.connect(client)
@@ -206,13 +197,13 @@ async def test_durable_reconnect_with_kept_queue_leaves_cache_to_replay(
 
 @pytest.mark.parametrize("keepalive", [True, False])
 async def test_close_flushes_ack_sends_close_and_stops_reconnecting(
-    fake_server, make_client, run, recorder, keepalive
+    fake_server, make_client, recorder, keepalive
 ):
     # A long ack interval: the ack seen below can only come from close().
     client = make_client(durable_id="app-1", ack_interval=60)
     _, conn = await fake_server.connect(client)
     region = client.region("r", recorder)
-    await register(conn, run, region.register_all_keys(durable=True))
+    await register_answered(conn, region.register_all_keys(durable=True))
     await client.ready_for_events()
     await conn.recv("ready")
     await conn.event("e1", 1, "a", "create", 1, 1)
