@@ -6,7 +6,7 @@ NODES ?= 3
 PORT ?= 8000
 DATA_DIR ?= $(or $(DURABLECACHE_DATA_DIR),var)
 
-.PHONY: install run test lint format clean
+.PHONY: install run test test-stock lint format clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,7 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(PY) -m ruff check --fix .
@@ -44,6 +45,12 @@ test: lint browser
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py check
 	$(PY) -m pytest
+
+# The end-to-end tests on the stock stack: every piece of durablecache.server
+# off (stock Daphne, Django's ASGI handler and SQLite backend). CI runs it
+# once, so the tuning stays optional.
+test-stock: install
+	DURABLECACHE_SERVER_TUNING=false $(PY) -m pytest -m integration
 
 # The dashboard's browser tests drive Debian's Chromium through Playwright
 # (no browser download). Installed when missing and this is a Debian machine

@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from cache.admin import ReadOnlyAdmin, ServiceAdmin
 from clients import services
 from clients.models import (
     ClientHistory,
@@ -21,8 +22,7 @@ from clients.models import (
     NodeSample,
     QueueSizeReport,
 )
-from durablecache.cache.admin import ReadOnlyAdmin, ServiceAdmin
-from durablecache.cache.exceptions import ValidationError
+from common.errors import ValidationError
 
 INTEREST_FIELDS = ("region", "kind", "selector", "is_durable", "policy", "since_seq")
 REPORT_FIELDS = ("node", "size", "acked_through", "reported_at")

@@ -6,7 +6,7 @@ class ClientsConfig(AppConfig):
     verbose_name = "Durable clients and interests"
 
     def ready(self) -> None:
+        from cache import hooks
         from clients import fanout
-        from durablecache.cache import hooks
 
         hooks.on_events_committed(fanout.ring_fanout)

@@ -1,6 +1,6 @@
 """Errors of the clients domain; close codes per docs/protocol.md#close-codes."""
 
-from durablecache.cache.exceptions import DomainError, NotFoundError
+from common.errors import DomainError, NotFoundError
 
 
 class BadRegexError(DomainError):

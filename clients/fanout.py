@@ -10,22 +10,34 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connections, transaction
 
+from cache import selectors as cache_selectors
 from clients import selectors
 from clients.matching import key_matches
 from clients.models import InterestKind
-from durablecache import liveness
-from durablecache.cache import selectors as cache_selectors
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.routers import NODE_STORE
 
 log = logging.getLogger(__name__)
+
+# Called after each batch of a fan-out pass; the worker registers its
+# liveness beat here (durablecache.celery), so a long backlog counts as
+# progress, not as a wedged worker.
+_progress: list[Callable[[], object]] = [lambda: None]
+
+
+def on_batch_progress(callback: Callable[[], object]) -> None:
+    """Call ``callback`` after each batch of every fan-out pass."""
+    _progress[0] = callback
+
+
 REGION_OPS = {"region_clear", "region_destroy"}
 
 
@@ -134,7 +146,7 @@ def fanout_node(node: str | None = None) -> int:
             )
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
-        liveness.beat()  # a long backlog is progress, not a wedged worker
+        _progress[0]()  # a long backlog is progress, not a wedged worker
         # Only sockets held here are woken: a copy kept here for a client
         # whose socket is on its primary, or one of an offline client, has
         # none to wake (a socket that connects meanwhile reads its queue

@@ -12,11 +12,11 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from clients import fanout, history, replication, services, stats
+from cache import selectors as cache_selectors
+from cache.models import Entry, Event, Node
+from clients import fanout, history, replication, samples, services
 from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import sql
-from durablecache.cache.models import Entry, Event, Node
+from common import sql
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 
@@ -68,7 +68,7 @@ def tick(node: str, judge: bool = True) -> None:
     replication.apply_reported_acks(node)
     drop_orphans()
     prune_event_log()
-    stats.sample(node)
+    samples.sample(node)
     history.history_prune()
     vacuum_churned()
 

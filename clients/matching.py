@@ -11,10 +11,10 @@ from typing import Any
 
 import re2
 
+from cache.validation import validate_key
 from clients.exceptions import BadRegexError
 from clients.models import InterestKind, Policy
-from durablecache.cache.exceptions import ValidationError
-from durablecache.cache.validation import validate_key
+from common.errors import ValidationError
 
 MAX_PATTERN = 1024
 MAX_KEYS = 10000

@@ -30,7 +30,7 @@ class DurableClient(models.Model):
     timeout = models.PositiveIntegerField(default=300)
     redundancy = models.IntegerField(default=0)
     conflate = models.CharField(
-        max_length=8, choices=Conflate.choices, default=Conflate.SERVER
+        max_length=8, choices=Conflate, default=Conflate.SERVER
     )
     is_connected = models.BooleanField(default=False)
     node = models.CharField(max_length=128, blank=True, default="")
@@ -91,12 +91,12 @@ class Interest(models.Model):
         DurableClient, on_delete=models.CASCADE, related_name="interests"
     )
     region = models.CharField(max_length=128)
-    kind = models.CharField(max_length=8, choices=InterestKind.choices)
+    kind = models.CharField(max_length=8, choices=InterestKind)
     # The key for KEY, the pattern for REGEX, empty for ALL_KEYS.
     selector = models.CharField(max_length=1024, blank=True, default="")
     is_durable = models.BooleanField(default=False)
     policy = models.CharField(
-        max_length=12, choices=Policy.choices, default=Policy.KEYS_VALUES
+        max_length=12, choices=Policy, default=Policy.KEYS_VALUES
     )
     # Events with seq <= since_seq were written before the interest existed.
     since_seq = models.BigIntegerField(default=0)
@@ -129,7 +129,7 @@ class EndedInterest(models.Model):
         DurableClient, on_delete=models.CASCADE, related_name="+"
     )
     region = models.CharField(max_length=128)
-    kind = models.CharField(max_length=8, choices=InterestKind.choices)
+    kind = models.CharField(max_length=8, choices=InterestKind)
     selector = models.CharField(max_length=1024, blank=True, default="")
     since_seq = models.BigIntegerField()
     # The log head when the interest was removed: later events are not its.
@@ -204,7 +204,7 @@ class ClientHistory(models.Model):
     """
 
     durable_id = models.CharField(max_length=128)
-    kind = models.CharField(max_length=16, choices=HistoryKind.choices)
+    kind = models.CharField(max_length=16, choices=HistoryKind)
     node = models.CharField(max_length=128, blank=True, default="")
     detail = models.CharField(max_length=255, blank=True, default="")
     at = models.DateTimeField(auto_now_add=True)

@@ -37,9 +37,9 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from cache.models import Node
 from clients import history
 from clients.models import DurableClient, QueueSizeReport
-from durablecache.cache.models import Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 

@@ -9,6 +9,7 @@ from django.db import connection
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from cache import selectors as cache_selectors
 from clients import replication
 from clients.matching import Selector, key_matches
 from clients.models import (
@@ -22,9 +23,8 @@ from clients.models import (
     NodeSample,
     QueueSizeReport,
 )
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import sql
-from durablecache.cache.exceptions import ConflictError
+from common import sql
+from common.errors import ConflictError
 from queues import selectors as queue_selectors
 
 # Interests per fan-out: one statement, not a queryset (building it was
@@ -111,7 +111,7 @@ def delivery_checks(
 ) -> dict[uuid.UUID, tuple[str | None, int, str]]:
     """Each delivering socket's client: its primary (None once gone), its
     queue's last seq here, and the socket holding it ("" when it is marked
-    away), in one query per database (clients.wakeups)."""
+    away), in one query per database (sockets.wakeups)."""
     rows = sql.rows_by_pk(
         DurableClient.objects, client_ids, "primary", "is_connected", "channel_name"
     )
@@ -125,7 +125,7 @@ def delivery_checks(
 
 def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
     """The clients marked connected to a socket of the process whose socket
-    ids carry ``tag`` (clients.wakeups.WakeHub.tag): (client id, socket id)."""
+    ids carry ``tag`` (sockets.wakeups.WakeHub.tag): (client id, socket id)."""
     return list(
         DurableClient.objects.filter(
             is_connected=True, channel_name__contains=f"!{tag}."

@@ -16,6 +16,10 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
 
+from cache import selectors as cache_selectors
+from cache import services as cache_services
+from cache.models import Node
+from cache.validation import validate_name
 from clients import history
 from clients.exceptions import (
     ClientConnectedError,
@@ -43,12 +47,8 @@ from clients.replication import (
     start_copies,
     top_up,
 )
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import services as cache_services
-from durablecache.cache import sql
-from durablecache.cache.exceptions import ValidationError
-from durablecache.cache.models import Node
-from durablecache.cache.validation import validate_name
+from common import sql
+from common.errors import ValidationError
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services

@@ -15,7 +15,8 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from clients import fanout, maintenance, replication, threads
+from clients import fanout, maintenance, replication
+from common import threads
 from queues import services as queue_services
 
 log = logging.getLogger(__name__)

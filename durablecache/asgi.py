@@ -9,27 +9,20 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 django.setup(set_prefix=False)
 
-from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
-from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
-from durablecache.frozen_heap import freeze_startup_heap  # noqa: E402
-from durablecache.http import PooledASGIHandler  # noqa: E402
-from durablecache.small_frames import small_frames_without_cffi  # noqa: E402
+from durablecache import server  # noqa: E402
 
-quiet_frame_logging()
-eager_websocket_writes()
-small_frames_without_cffi()
-
-django_asgi_app = PooledASGIHandler()
+server.tune_websocket_server()
+django_asgi_app = server.http_handler()
 
 # Imported after the app registry is ready (channels#2068).
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import get_resolver, path  # noqa: E402
 
-from clients.middleware import OriginCheckMiddleware  # noqa: E402
-from clients.routing import websocket_urlpatterns  # noqa: E402
-from durablecache.cache.api.urls import ENCODED_SLASH  # noqa: E402
-from durablecache.dashboard_consumer import DashboardConsumer  # noqa: E402
+from cache.api.urls import ENCODED_SLASH  # noqa: E402
+from dashboard.consumers import DashboardConsumer  # noqa: E402
+from sockets.middleware import OriginCheckMiddleware  # noqa: E402
+from sockets.routing import websocket_urlpatterns  # noqa: E402
 
 
 class EncodedSlashMiddleware:
@@ -54,7 +47,7 @@ class EncodedSlashMiddleware:
         return await self.app(scope, receive, send)
 
 
-# Subscribers authenticate by token (clients.routing), dashboard pages by
+# Subscribers authenticate by token (sockets.routing), dashboard pages by
 # their session; both behind the Origin check.
 websocket_routes: list[Any] = [
     *websocket_urlpatterns,
@@ -71,4 +64,4 @@ application = ProtocolTypeRouter(
 # The URLconf (the REST views, DRF, drf-spectacular) loads at the first
 # request otherwise; load it now, so that it is frozen with the rest.
 get_resolver().url_patterns  # noqa: B018
-freeze_startup_heap()
+server.freeze_startup_heap()

@@ -21,9 +21,11 @@ app.autodiscover_tasks()
 
 @worker_init.connect
 def _mark_progress_from_now(**_: Any) -> None:
-    from durablecache import liveness
+    from clients import fanout
+    from durablecache.supervision import liveness
 
     liveness.enable()
+    fanout.on_batch_progress(liveness.beat)
 
 
 @worker_ready.connect
@@ -31,19 +33,19 @@ def _say_ready(**_: Any) -> None:
     from django.conf import settings
 
     from clients import tasks
-    from durablecache import liveness
-    from durablecache.frozen_heap import freeze_startup_heap
+    from durablecache import server
+    from durablecache.supervision import liveness
 
     tasks.listen_for_fanout(settings.DURABLECACHE_NODE_NAME)
     liveness.mark_ready()
-    freeze_startup_heap()
+    server.freeze_startup_heap()
 
 
 @task_prerun.connect
 @task_postrun.connect
 @task_revoked.connect
 def _progress(**_: Any) -> None:
-    from durablecache import liveness
+    from durablecache.supervision import liveness
 
     liveness.beat()
 

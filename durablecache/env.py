@@ -64,8 +64,12 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_config(url: str, *, sqlite_default_path: str) -> dict:
-    """Turn a database URL (or the SQLite default) into a DATABASES entry."""
+def database_config(url: str, *, sqlite_default_path: str, tuned: bool = True) -> dict:
+    """Turn a database URL (or the SQLite default) into a DATABASES entry.
+
+    SQLite gets ``durablecache.server.sqlite3`` when ``tuned`` (the server
+    tuning is on), Django's own backend otherwise.
+    """
     if not url:
         url = f"sqlite:///{sqlite_default_path}"
     try:
@@ -73,7 +77,8 @@ def database_config(url: str, *, sqlite_default_path: str) -> dict:
     except ValueError as exc:
         raise ImproperlyConfigured(f"bad database URL {url!r}: {exc}") from exc
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["ENGINE"] = "durablecache.sqlite3"
+        if tuned:
+            config["ENGINE"] = "durablecache.server.sqlite3"
         name = str(config.get("NAME") or "")
         if name and name != ":memory:":
             Path(name).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """HTTP middleware of the project.
 
 Under Daphne the whole chain runs sync, in one call on the HTTP thread
-pool (durablecache.http.PooledASGIHandler), so these are plain sync
+pool (durablecache.server.pooled_http.PooledASGIHandler), so these are plain sync
 middleware like Django's own.
 """
 
@@ -23,7 +23,7 @@ class BodySizeLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         limit = settings.DURABLECACHE_MAX_BODY_BYTES
         try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
+            length = int(request.headers.get("content-length") or 0)
         except ValueError:
             length = 0
         if length <= limit:

@@ -37,10 +37,12 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
-    "durablecache.cache",
-    "durablecache",
-    "clients",
+    "cache",
     "queues",
+    "clients",
+    "sockets",
+    "dashboard",
+    "durablecache",
 ]
 
 MIDDLEWARE = [
@@ -79,6 +81,10 @@ TEMPLATES = [
 DURABLECACHE_NODE_NAME = env_str("DURABLECACHE_NODE_NAME", "node-1")
 DURABLECACHE_NODE_URL = env_str("DURABLECACHE_NODE_URL", "http://127.0.0.1:8000")
 
+# The runtime patches of Daphne's stack, the pooled HTTP handler and the
+# SQLite backend (durablecache.server); false runs the stock stack.
+DURABLECACHE_SERVER_TUNING = env_bool("DURABLECACHE_SERVER_TUNING", True)
+
 _node_store_url = env_str("DURABLECACHE_NODE_STORE_URL", "").replace(
     "{node}", DURABLECACHE_NODE_NAME
 )
@@ -86,6 +92,7 @@ DATABASES = {
     "default": database_config(
         env_str("DURABLECACHE_DATABASE_URL", ""),
         sqlite_default_path=str(DATA_DIR / "cluster.sqlite3"),
+        tuned=DURABLECACHE_SERVER_TUNING,
     ),
     # The node store: the queue rows this node hosts (queues app only).
     "node": database_config(
@@ -93,6 +100,7 @@ DATABASES = {
         sqlite_default_path=str(
             DATA_DIR / "nodes" / f"{DURABLECACHE_NODE_NAME}.sqlite3"
         ),
+        tuned=DURABLECACHE_SERVER_TUNING,
     ),
 }
 DATABASE_ROUTERS = ["queues.routers.NodeStoreRouter"]
@@ -178,13 +186,13 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "durablecache.auth.SqlTokenAuthentication",
+        "common.auth.SqlTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "durablecache.api.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["durablecache.parsers.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "common.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
@@ -216,7 +224,7 @@ DURABLECACHE_MAX_BODY_BYTES = env_int(
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = DURABLECACHE_MAX_BODY_BYTES
 # Threads per Daphne process that run REST/dashboard requests (each keeps
-# its database connections across requests; durablecache.http).
+# its database connections across requests; durablecache.server.pooled_http).
 DURABLECACHE_HTTP_THREADS = env_int("DURABLECACHE_HTTP_THREADS", 8, minimum=1)
 DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
 DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)

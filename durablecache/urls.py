@@ -11,9 +11,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz/", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
-    path("dashboard/", include("durablecache.dashboard_urls")),
+    path("dashboard/", include("dashboard.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/", include("durablecache.cache.api.urls")),
+    path("api/v1/", include("cache.api.urls")),
     path("api/v1/", include("clients.api.urls")),
     # Every 4xx under /api/ carries the JSON error body, unknown paths too:
     # CSRF-exempt, or a DELETE/POST to an unknown path would get Django's

@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from durablecache.cache.models import Event, Region
+from cache.models import Event, Region
 from queues import selectors as queue_selectors
 
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
-from durablecache.cache.admin import ReadOnlyAdmin
+from cache.admin import ReadOnlyAdmin
 from queues.models import FanoutCursor, QueueEntry, QueueState
 
 

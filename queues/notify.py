@@ -102,7 +102,7 @@ def _send_sync(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def wake_group(node: str) -> str:
-    """The Daphne processes of ``node`` (clients.wakeups.WakeHub)."""
+    """The Daphne processes of ``node`` (sockets.wakeups.WakeHub)."""
     return f"wake.{node}"
 
 
@@ -129,7 +129,7 @@ def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
 
 def close_client(client_id: Any, code: int, node: str) -> None:
     """Ask the Daphne processes of ``node`` (where the client's socket is) to
-    close its socket with ``code``; its client is gone (clients.wakeups)."""
+    close its socket with ``code``; its client is gone (sockets.wakeups)."""
     message = {"type": "sockets.close", "code": code, "clients": [client_id.hex]}
     _send_sync(lambda: aring(wake_group(node), message))
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from durablecache.cache import sql
-from durablecache.cache.events import format_ts
+from cache.events import format_ts
+from common import sql
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -119,7 +119,7 @@ def queue_events_after(
 ) -> list[dict[str, Any]]:
     """Like ``queue_entries_after`` but as public event fields, for the
     delivery loop; the value stays the JSON text stored (``value_json``),
-    which the frame embeds as is (``clients.protocol.event_frame``).
+    which the frame embeds as is (``sockets.protocol.event_frame``).
 
     One statement in SQL, no queryset: this runs once per socket per batch,
     and building and compiling the ORM query cost about 0.7 ms of CPU here,
@@ -176,7 +176,7 @@ def queue_reads_after_many(
 ) -> list[tuple[list[dict[str, Any]], bool]]:
     """``queue_events_after_many``, each read's events with whether any of
     them may conflate (``QueueEntry.conflates``): only those reads need
-    their rows marked delivered (``clients.reads``)."""
+    their rows marked delivered (``sockets.delivery_rounds``)."""
     if shared is None:
         shared = {}
     results: list[tuple[list[dict[str, Any]], bool]] = []

@@ -24,8 +24,8 @@ from django.db.models import (
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from durablecache.cache import sql
-from durablecache.cache.selectors import LoggedEvent, region_names_conflating
+from cache.selectors import LoggedEvent, region_names_conflating
+from common import sql
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
@@ -358,7 +358,7 @@ def queue_ack_and_mark_many(
     read and its mark -- marking only after the send, a round later, let
     the next update's pass remove an update the socket had been sent and
     not acked. (Reads of rows that cannot conflate need no mark, and no
-    lock: ``clients.reads`` makes them outside any transaction.)
+    lock: ``sockets.delivery_rounds`` makes them outside any transaction.)
 
     1. Lock every head row the round changes, in client id order, in one
        statement: the fan-out locks the heads of its batch in that order

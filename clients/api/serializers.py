@@ -7,6 +7,9 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from cache import selectors as cache_selectors
+from cache.models import Op
+from cache.validation import MAX_KEY_LEN
 from clients import selectors
 from clients.exceptions import BadRegexError
 from clients.matching import (
@@ -17,10 +20,7 @@ from clients.matching import (
     parse_selector,
 )
 from clients.models import DurableClient, Interest, InterestKind, Policy
-from durablecache.api import NameField, paged_serializer
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache.models import Op
-from durablecache.cache.validation import MAX_KEY_LEN
+from common.api import NameField, paged_serializer
 
 NO_QUEUE = -2
 

@@ -27,7 +27,7 @@ from clients.api.serializers import (
 )
 from clients.exceptions import UnknownClientError
 from clients.models import DurableClient
-from durablecache.api import (
+from common.api import (
     PAGE_PARAMETERS,
     error_responses,
     keyset,
@@ -35,8 +35,8 @@ from durablecache.api import (
     page_params,
     paged_response,
 )
-from durablecache.cache.exceptions import NotFoundError, ValidationError
-from durablecache.cache.validation import NAME_RE
+from common.errors import NotFoundError, ValidationError
+from common.names import NAME_RE
 from queues.selectors import entry_to_event
 
 DURABLE_ID_PARAMETER = name_parameter("durable_id", "the client's durable id")

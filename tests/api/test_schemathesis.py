@@ -33,11 +33,11 @@ from schemathesis.checks import (
     unsupported_method,
 )
 
+from cache import services as cache_services
 from clients import fanout
 from clients import services as client_services
 from clients.matching import parse_selector
 from durablecache.asgi import application
-from durablecache.cache import services as cache_services
 
 # Loaded at collection, before pytest-django allows the host "testserver".
 schema = schemathesis.openapi.from_asgi(

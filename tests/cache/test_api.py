@@ -7,9 +7,9 @@ from urllib.parse import quote
 import pytest
 from rest_framework.test import APIClient
 
-from durablecache.cache import selectors, services
-from durablecache.cache.api.urls import ENCODED_SLASH
-from durablecache.cache.models import Entry, Event
+from cache import selectors, services
+from cache.api.urls import ENCODED_SLASH
+from cache.models import Entry, Event
 from tests.helpers import assert_error, follow_pages
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])

@@ -6,9 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import close_old_connections, connections, transaction
 
-from durablecache.cache import group_commit, services
-from durablecache.cache.exceptions import NoSuchRegionError, ValidationError
-from durablecache.cache.models import Entry, Event
+from cache import group_commit, services
+from cache.exceptions import NoSuchRegionError
+from cache.models import Entry, Event
+from common.errors import ValidationError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,9 +2,10 @@
 
 import pytest
 
-from durablecache.cache import services
-from durablecache.cache.exceptions import NoSuchRegionError, ValidationError
-from durablecache.cache.models import Entry, Event, EventLog
+from cache import services
+from cache.exceptions import NoSuchRegionError
+from cache.models import Entry, Event, EventLog
+from common.errors import ValidationError
 
 pytestmark = pytest.mark.django_db
 

@@ -1,18 +1,18 @@
-"""durablecache.cache.validation: json_text refuses exactly what
+"""cache.validation: json_text refuses exactly what
 validate_json_value refuses, and stores what json.dumps makes."""
 
 import json
 
 import pytest
 
-from durablecache.cache.exceptions import ValidationError
-from durablecache.cache.validation import (
+from cache.validation import (
     MAX_DEPTH,
     json_text,
     loads_storable,
     loads_strict,
     validate_json_value,
 )
+from common.errors import ValidationError
 
 
 def nested(depth):

@@ -6,10 +6,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cache import services as cache_services
+from cache.models import Node
 from clients import fanout, services
 from clients.models import DurableClient, Interest, QueueSizeReport
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Node
 from queues import selectors as queue_selectors
 from tests.helpers import assert_error, follow_pages
 

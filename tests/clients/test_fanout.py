@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 
+from cache import services as cache_services
+from cache.models import Node
 from clients import fanout, maintenance, services
 from clients.matching import parse_selector
 from clients.models import DurableClient, EndedInterest, Interest
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Node
 from queues import notify
 from queues import selectors as queue_selectors
 from tests.helpers import connected_client

@@ -13,10 +13,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from cache.models import Event
+from cache.selectors import LoggedEvent
 from clients import replication
 from clients.exceptions import NodeDrainingError
-from durablecache.cache.models import Event
-from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor

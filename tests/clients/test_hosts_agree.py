@@ -15,12 +15,12 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from cache import selectors as cache_selectors
+from cache import services as cache_services
+from cache.models import Event, Node
 from clients import fanout, maintenance, replication, services, tasks
 from clients.matching import parse_selector
 from clients.models import DurableClient, QueueSizeReport
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor

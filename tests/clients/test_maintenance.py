@@ -7,10 +7,10 @@ import pytest
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
+from cache import services as cache_services
+from cache.models import Event, Node
 from clients import fanout, maintenance, services
 from clients.models import DurableClient, QueueSizeReport
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Event, Node
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from tests.helpers import connected_client

@@ -2,7 +2,7 @@
 
 One node (``node-1``), the test settings' SQLite stores and in-memory
 channel layer; sockets through channels' WebsocketCommunicator, as
-tests/clients/test_consumers.py drives them. Found by a review of the
+tests/sockets/test_consumers.py drives them. Found by a review of the
 delivery rules on one node: before ``Membership.read_here``, the test
 below failed (the socket was closed 4410, its client row gone).
 """
@@ -13,11 +13,11 @@ import pytest
 from channels.db import database_sync_to_async as db
 from django.utils import timezone
 
+from cache import services as cache_services
+from cache.models import Node
 from clients import maintenance
 from clients.models import DurableClient
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Node
-from tests.clients.conftest import WAIT_S
+from tests.conftest import WAIT_S
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 

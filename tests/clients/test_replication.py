@@ -16,13 +16,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from cache.models import Event, Node
+from cache.selectors import LoggedEvent
 from clients import replication, services
 from clients.exceptions import ClientConnectedError, NodeDrainingError
 from clients.maintenance import report_queue_sizes
 from clients.models import ClientHistory, DurableClient, QueueSizeReport
 from clients.replication import DOWN, DRAINING, UP, Membership
-from durablecache.cache.models import Event, Node
-from durablecache.cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState

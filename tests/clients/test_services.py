@@ -6,12 +6,12 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from cache import services as cache_services
 from clients import fanout, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_selector
 from clients.models import ClientHistory, DurableClient, Interest, LostQueue
-from durablecache.cache import services as cache_services
-from durablecache.cache.exceptions import ValidationError
+from common.errors import ValidationError
 from queues import selectors as queue_selectors
 from queues.models import QueueState
 

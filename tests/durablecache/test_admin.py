@@ -10,12 +10,12 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import TokenProxy
 
+from cache import services as cache_services
+from cache.models import Entry, Event, EventLog, Node, Region
 from clients import fanout
 from clients import services as client_services
 from clients.matching import parse_selector
 from clients.models import DurableClient, Interest, LostQueue, QueueSizeReport
-from durablecache.cache import services as cache_services
-from durablecache.cache.models import Entry, Event, EventLog, Node, Region
 from queues.models import FanoutCursor, QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])

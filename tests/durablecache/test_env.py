@@ -22,8 +22,9 @@ def test_typed_helpers_parse_and_refuse(monkeypatch):
 
 def test_database_config_defaults_to_sqlite_with_wal(tmp_path):
     config = env.database_config("", sqlite_default_path=str(tmp_path / "x.sqlite3"))
-    # Django's SQLite backend with in-process writers queued (durablecache.sqlite3)
-    assert config["ENGINE"] == "durablecache.sqlite3"
+    # Django's SQLite backend with in-process writers queued
+    # (durablecache.server.sqlite3)
+    assert config["ENGINE"] == "durablecache.server.sqlite3"
     assert config["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     pg = env.database_config(
         "postgres://u@127.0.0.1:5432/db", sqlite_default_path="unused"

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from durablecache import liveness
 from durablecache.management.commands.runnode import Node
+from durablecache.supervision import liveness
 
 
 @pytest.fixture

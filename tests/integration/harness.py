@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 import redis
 
-from durablecache import nodes
+from durablecache.supervision import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 # Each Cluster alive at once gets its own Redis database on a shared server,
@@ -62,7 +62,7 @@ class EmbeddedRedis:
         workdir = self.workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            nodes.embedded_redis_command(self.port, workdir),
+            processes.embedded_redis_command(self.port, workdir),
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )

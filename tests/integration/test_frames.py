@@ -1,6 +1,6 @@
 """Client frames through a real node's Daphne: the masks and the UTF-8 of
-small frames are undone in Python (durablecache.small_frames), larger ones
-by autobahn; replies go straight to the socket (clients.wire)."""
+small frames are undone in Python (durablecache.server.autobahn_unmask), larger ones
+by autobahn; replies go straight to the socket (sockets.wire)."""
 
 import asyncio
 import json

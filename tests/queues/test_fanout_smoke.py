@@ -3,11 +3,11 @@ import uuid
 import pytest
 from django.db import transaction
 
+from cache import selectors as cache_selectors
+from cache import services as cache_services
 from clients import fanout, services
 from clients.matching import parse_selector
 from clients.models import DurableClient
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import services as cache_services
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueEntry, QueueState

@@ -11,8 +11,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from durablecache.cache.models import Event
-from durablecache.cache.selectors import LoggedEvent
+from cache.models import Event
+from cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueEntry, QueueState

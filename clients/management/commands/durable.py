@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clients import selectors, services
 from clients.api.serializers import DurableClientSerializer
-from durablecache.cache.exceptions import DomainError
+from common.errors import DomainError
 
 
 def _operator() -> Any:

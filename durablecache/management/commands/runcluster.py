@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from durablecache import nodes
+from durablecache.supervision import processes
 
 STOP_TIMEOUT_S = 30
 
@@ -30,7 +30,7 @@ def start_embedded_redis() -> tuple[subprocess.Popen[bytes], str]:
     workdir = settings.DATA_DIR / "redis"
     workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        nodes.embedded_redis_command(port, workdir),
+        processes.embedded_redis_command(port, workdir),
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -74,11 +74,11 @@ class Command(BaseCommand):
         procs = {}
         for k in range(1, count + 1):
             name, port = f"node-{k}", base + k - 1
-            env = nodes.child_env(DURABLECACHE_REDIS_URL=redis_url)
+            env = processes.child_env(DURABLECACHE_REDIS_URL=redis_url)
             env.pop("DURABLECACHE_NODE_NAME", None)
             cmd = [
                 sys.executable,
-                str(nodes.BASE_DIR / "manage.py"),
+                str(processes.BASE_DIR / "manage.py"),
                 "runnode",
                 "--name",
                 name,
@@ -109,5 +109,5 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
             if redis_proc is not None:
-                nodes.stop_process(redis_proc, timeout=5)
+                processes.stop_process(redis_proc, timeout=5)
             self.stdout.write("cluster stopped")

@@ -12,13 +12,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from cache import selectors as cache_selectors
+from cache import services as cache_services
+from cache.validation import validate_name
 from clients import replication
 from clients import services as client_services
 from clients.tasks import tick_on
-from durablecache import liveness, nodes
-from durablecache.cache import selectors as cache_selectors
-from durablecache.cache import services as cache_services
-from durablecache.cache.validation import validate_name
+from durablecache.supervision import liveness, processes
 from queues import notify
 from queues import services as queue_services
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
         if os.environ.get("DURABLECACHE_NODE_NAME") != name:
             # Settings (the node store path) depend on the node name: start
             # again with it in the environment.
-            env = nodes.child_env(
+            env = processes.child_env(
                 DURABLECACHE_NODE_NAME=name, DURABLECACHE_NODE_URL=url
             )
             os.execve(sys.executable, [sys.executable, *sys.argv], env)  # noqa: S606
@@ -68,14 +68,14 @@ class Node:
 
     def run(self, out: Any) -> None:
         self.prepare()
-        env = nodes.child_env(
+        env = processes.child_env(
             DURABLECACHE_NODE_NAME=self.name, DURABLECACHE_NODE_URL=self.url
         )
         self.env = env
         self.children = [
             self.start_worker(),
             subprocess.Popen(
-                nodes.daphne_command(self.opts["host"], self.opts["port"]), env=env
+                processes.daphne_command(self.opts["host"], self.opts["port"]), env=env
             ),
         ]
         signal.signal(signal.SIGTERM, self.request_stop)
@@ -83,7 +83,7 @@ class Node:
         # Ready: the HTTP side answers and the worker consumes tasks (a
         # write right after "ready" is fanned out at once, not after the
         # worker's start-up).
-        up = nodes.wait_http(f"{self.url}/healthz/", timeout=60, alive=self.alive)
+        up = processes.wait_http(f"{self.url}/healthz/", timeout=60, alive=self.alive)
         if not up or not liveness.wait_ready(
             pid=self.children[0].pid, timeout=60, alive=self.alive
         ):
@@ -95,7 +95,7 @@ class Node:
 
     def prepare(self) -> None:
         """Create and migrate the node store; forget sockets of a past life."""
-        nodes.ensure_node_store()
+        processes.ensure_node_store()
         call_command("migrate", database="node", verbosity=0, interactive=False)
         # Up before the cursor is judged: from here on the other nodes'
         # pruning keeps every event after this node's last reported cursor,
@@ -115,7 +115,7 @@ class Node:
         client_services.clients_node_restarted(node=self.name)
 
     def start_worker(self) -> subprocess.Popen[bytes]:
-        command = nodes.worker_command(self.name, self.opts["concurrency"])
+        command = processes.worker_command(self.name, self.opts["concurrency"])
         self.worker_started = time.monotonic()
         return subprocess.Popen(command, env=self.env)
 

@@ -1,0 +1,110 @@
+"""Regions, entries, the cluster event log and node membership.
+
+All of these live in the cluster database (alias ``default``).
+"""
+
+from django.db import models
+
+
+class Region(models.Model):
+    name = models.CharField(max_length=128, unique=True)
+    conflate_events = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Entry(models.Model):
+    """One key of a region; a destroyed key keeps its row so versions go on."""
+
+    region = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="entries")
+    key = models.CharField(max_length=512)
+    value = models.JSONField(null=True)
+    version = models.BigIntegerField(default=0)
+    is_destroyed = models.BooleanField(default=False)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["region", "key"], name="entry_region_key")
+        ]
+        verbose_name_plural = "entries"
+
+    def __str__(self) -> str:
+        return f"{self.region_id}:{self.key}"
+
+
+class Op(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    DESTROY = "destroy"
+    INVALIDATE = "invalidate"
+    REGION_CLEAR = "region_clear"
+    REGION_DESTROY = "region_destroy"
+
+
+class EventLog(models.Model):
+    """The single counter row that hands out event sequence numbers.
+
+    Every write locks this row first (lock order: event log, then entries),
+    so event ``seq`` order is commit order and a cursor reading
+    ``seq > n`` can never skip an event that commits late.
+    """
+
+    last_seq = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"event log at {self.last_seq}"
+
+
+class Event(models.Model):
+    """One change, durable once the write that made it has committed.
+
+    Persisted and shipped to node stores: a new field must be added to
+    ``cache.events.event_to_dict`` and to queues' QueueEntry.
+    """
+
+    seq = models.BigIntegerField(primary_key=True)
+    # Cluster-unique by construction (a uuid4's 122 random bits), not by an
+    # index: nothing looks an event up by its id, and a unique index on a
+    # random string doubled the cost of appending events (docs/performance.md).
+    event_id = models.CharField(max_length=32)
+    region = models.CharField(max_length=128)
+    key = models.CharField(max_length=512, null=True)
+    op = models.CharField(max_length=16, choices=Op)
+    value = models.JSONField(null=True)
+    version = models.BigIntegerField(null=True)
+    conflate = models.BooleanField(default=False)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} {self.op} {self.region}:{self.key}"
+
+
+class Node(models.Model):
+    """A member of the cluster; up while its heartbeat is fresh."""
+
+    name = models.CharField(max_length=128, unique=True)
+    url = models.CharField(max_length=255)
+    started_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField()
+    is_draining = models.BooleanField(default=False)
+    # Highest event seq this node has fanned out into its store; the event
+    # log is pruned below the smallest of these (queues.services.gc).
+    fanout_through = models.BigIntegerField(default=0)
+    # Event frames this node's sockets have sent, ever (the dashboard's
+    # delivery rate); added to by each Daphne process every few seconds.
+    delivered_total = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,5 +1,0 @@
-"""Django's SQLite backend, with the writers of one process queued on a lock.
-
-Use as ``ENGINE = "durablecache.sqlite3"`` (durablecache.env does for every
-SQLite database). See ``base.DatabaseWrapper``.
-"""
