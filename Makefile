@@ -86,9 +86,13 @@ bench-split: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	timeout -s INT -k 30 600 $(PY) -m bench.split
 
-# Benchmarks side by side with Mosquitto (issue 5): bounded, 127.0.0.1 only;
-# prints a table and writes bench/results.json. See docs/performance.md.
+# Benchmarks side by side with Mosquitto: bounded, 127.0.0.1 only; prints a
+# table and writes bench/results.json, then one round with the server tuning
+# off (bench/results-stock.json). See docs/performance.md.
 .PHONY: bench
 bench: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	timeout -s INT -k 30 600 $(PY) -m bench.run
+	DURABLECACHE_SERVER_TUNING=false timeout -s INT -k 30 300 $(PY) -m bench.run \
+	  --rounds 1 --growth-events 0 --growth-min 0 --kills 0 --budget 280 --failover-reserve 0 \
+	  --output bench/results-stock.json

@@ -709,15 +709,18 @@ def main() -> int:
     wall = time.monotonic() - began
     lines = table(result, args) + extra_rows(result)
     out()
+    tuning = os.environ.get("DURABLECACHE_SERVER_TUNING", "true")
     out(
         f"durablecache vs mosquitto, {rounds_done} round(s): median [min-max]; "
-        "ratios pair by pair within each round"
+        "ratios pair by pair within each round; "
+        f"DURABLECACHE_SERVER_TUNING={tuning}"
     )
     for line in lines:
         out(line)
     out(f"wall time {wall:.0f}s")
     report = {
         "machine": machine(),
+        "server_tuning": tuning,
         "parameters": vars(args),
         "rounds": rounds_done,
         "wall_s": round(wall, 1),
