@@ -38,7 +38,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from cache.models import Node
-from clients import history
+from clients import dispatch, fanout, history
 from clients.models import DurableClient, QueueSizeReport
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -235,10 +235,8 @@ def save_placement(client: DurableClient, before: tuple[Any, ...]) -> bool:
 
 def start_copies(client_id: uuid.UUID, targets: Iterable[str], source: str) -> None:
     """Ask each target's worker to start filling its copy from ``source``."""
-    from clients.tasks import adopt_on
-
     for target in targets:
-        adopt_on(target, client_id, source)
+        dispatch.adopt_on(target, client_id, source)
 
 
 def fix_placement(
@@ -356,9 +354,7 @@ def adopt(*, client_id: uuid.UUID, node: str, source: str) -> None:
 def _request_page(
     client_id: uuid.UUID, source: str, target: str, after: int, upto: int
 ) -> None:
-    from clients.tasks import copy_out_on
-
-    copy_out_on(source, client_id, target, after, upto)
+    dispatch.copy_out_on(source, client_id, target, after, upto)
 
 
 def copy_out(
@@ -369,8 +365,6 @@ def copy_out(
     The source first fans out through ``upto`` itself, so the page holds
     every event the target's own fan-out skipped.
     """
-    from clients import fanout
-
     if queue_selectors.fanout_cursor(node=node) < upto:
         fanout.fanout_node(node)
     page = queue_selectors.queue_copy_page(
@@ -384,6 +378,17 @@ def copy_out(
         return None
     page["upto"] = upto
     return page
+
+
+def copy_page_send(
+    *, client_id: uuid.UUID, node: str, target: str, after: int, upto: int
+) -> None:
+    """On the source: send ``target`` one page of the queue (``copy_out``)."""
+    page = copy_out(
+        client_id=client_id, node=node, target=target, after=after, upto=upto
+    )
+    if page is not None:
+        dispatch.copy_in_on(target, client_id, node, page)
 
 
 def copy_in(
@@ -549,8 +554,6 @@ class AckRelay:
 
     @staticmethod
     def flush(acks: dict[uuid.UUID, int]) -> None:
-        from clients.tasks import ack_on
-
         own = settings.DURABLECACHE_NODE_NAME
         per_host: dict[str, dict[str, int]] = {}
         rows = DurableClient.objects.filter(pk__in=list(acks)).values_list(
@@ -561,7 +564,7 @@ class AckRelay:
                 if host and host != own:
                     per_host.setdefault(host, {})[pk.hex] = acks[pk]
         for host, batch in per_host.items():
-            ack_on(host, batch)
+            dispatch.ack_on(host, batch)
 
 
 ack_relay = AckRelay()

@@ -20,7 +20,7 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Node
 from cache.validation import validate_name
-from clients import history
+from clients import dispatch, history
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
@@ -271,10 +271,8 @@ def client_hello(
 
 def _drop_elsewhere(client_id: uuid.UUID, hosts: list[str]) -> None:
     def drop() -> None:
-        from clients.tasks import drop_queue_on
-
         for host in hosts:
-            drop_queue_on(host, client_id)
+            dispatch.drop_queue_on(host, client_id)
 
     transaction.on_commit(drop)
 
@@ -378,15 +376,13 @@ def _delete_clients(clients: list[DurableClient]) -> None:
     DurableClient.objects.filter(pk__in=list(hosts)).delete()
 
     def drop_queues() -> None:
-        from clients.tasks import drop_queue_on
-
         here = [pk for pk, on in hosts.items() if self_node() in on]
         if here:
             queue_services.queue_drop_many(client_ids=here)
         for pk, on in hosts.items():
             for host in on:
                 if host != self_node():
-                    drop_queue_on(host, pk)
+                    dispatch.drop_queue_on(host, pk)
 
     transaction.on_commit(drop_queues)
 

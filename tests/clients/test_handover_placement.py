@@ -4,7 +4,7 @@ conflates as the copy's own fan-out would. Each test failed before the fix
 its docstring names (found by a review of the handover path).
 
 Other nodes are ``Node`` rows; their workers are stood in for by recording
-the task senders of ``clients.tasks`` (as tests/clients/test_replication.py).
+the task senders of ``clients.dispatch`` (as tests/clients/test_replication.py).
 """
 
 from types import SimpleNamespace

@@ -4,7 +4,7 @@ emptied, a write committed while an interest registers.
 
 The test database's one node store stands for the store of the node named
 in each test (``node-2`` unless said otherwise); the other nodes are
-``Node`` rows and the recorded task senders of ``clients.tasks``, as in
+``Node`` rows and the recorded task senders of ``clients.dispatch``, as in
 tests/clients/test_replication.py. Each test failed before the fix its
 docstring names (found by a review of the delivery rules across nodes).
 """

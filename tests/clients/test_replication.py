@@ -2,7 +2,7 @@
 failover, top-up, repair, copies, reported acks, and hello across nodes.
 
 Other nodes are ``Node`` rows; their workers are stood in for by recording
-the task senders of ``clients.tasks``.
+the task senders of ``clients.dispatch``.
 """
 
 import uuid
