@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from cache import selectors as cache_selectors
 from cache.models import Entry, Event, Node
-from clients import fanout, history, replication, samples, services
+from clients import fanout, history, placement, replication, samples, services
 from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
 from common import sql
 from queues import selectors as queue_selectors
@@ -177,7 +177,7 @@ def drop_orphans() -> int:
     hosted = queue_selectors.queue_created_at()
     if not hosted:
         return 0
-    node = services.self_node()
+    node = placement.self_node()
     keep = {
         pk
         for pk, primary, secondaries in DurableClient.objects.filter(
@@ -227,7 +227,7 @@ def prune_event_log() -> int:
     nothing any more (its queues failed over, or it was retired) does not.
     Events are also kept ``EVENT_RETENTION`` for copies being filled.
     """
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     hosts: set[str] = set()
     for primary, secondaries in DurableClient.objects.values_list(
         "primary", "secondaries"
@@ -237,7 +237,7 @@ def prune_event_log() -> int:
     needed = [
         row.fanout_through
         for name, row in members.rows.items()
-        if name in hosts or members.state(name) != replication.DOWN
+        if name in hosts or members.state(name) != placement.DOWN
     ]
     if not needed or not min(needed):
         return 0

@@ -10,7 +10,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from cache import selectors as cache_selectors
-from clients import replication
+from clients import placement
 from clients.matching import Selector, key_matches
 from clients.models import (
     ClientHistory,
@@ -103,7 +103,7 @@ def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
 
 
 def redundancy_satisfied(client: DurableClient) -> bool:
-    return replication.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
+    return placement.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
 
 
 def delivery_checks(
@@ -130,6 +130,17 @@ def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
         DurableClient.objects.filter(
             is_connected=True, channel_name__contains=f"!{tag}."
         ).values_list("id", "channel_name")
+    )
+
+
+def hosted_load() -> Counter[str]:
+    """How many queues each node hosts, from the nodes' size reports."""
+    return Counter(
+        dict(
+            QueueSizeReport.objects.values("node")
+            .annotate(n=Count("id"))
+            .values_list("node", "n")
+        )
     )
 
 

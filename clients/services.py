@@ -6,11 +6,13 @@ Queue rows live in the node store and are reached only through
 """
 
 import logging
+import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
@@ -20,7 +22,7 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Node
 from cache.validation import validate_name
-from clients import dispatch, history
+from clients import dispatch, history, selectors
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
@@ -35,18 +37,17 @@ from clients.models import (
     Interest,
     LostQueue,
 )
-from clients.replication import (
+from clients.placement import (
     DOWN,
     DRAINING,
     UP,
     Membership,
+    connection_is_live,
     fail_over,
-    hosted_load,
-    refuses_connections,
-    save_placement,
-    start_copies,
+    self_node,
     top_up,
 )
+from clients.replication import save_placement, start_copies
 from common import sql
 from common.errors import ValidationError
 from queues import notify
@@ -101,28 +102,6 @@ def parse_hello_options(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _connection_is_live(client: DurableClient, members: Membership) -> bool:
-    """Whether the recorded socket can still exist (its node has not died)."""
-    if not client.is_connected:
-        return False
-    node = members.rows.get(client.node)
-    if client.node == self_node():
-        # This node before its first heartbeat (tests): trust the flag.
-        return (
-            node is None
-            or client.connected_at is None
-            or (node.started_at <= client.connected_at)
-        )
-    if node is None or members.state(client.node) != UP:
-        return False
-    return client.connected_at is None or node.started_at <= client.connected_at
-
-
-def self_node() -> str:
-    """The name of the node this process belongs to."""
-    return settings.DURABLECACHE_NODE_NAME
-
-
 def _ws_url(node: Node) -> str:
     base = node.url.rstrip("/")
     base = base.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
@@ -149,6 +128,23 @@ def _membership(durable_id: str | None) -> Membership:
     if seen.primary in members.suspects:
         _probe(members, seen.secondaries)
     return members
+
+
+def refuses_connections(url: str) -> bool:
+    """Whether nothing listens at a node's address (its process is gone).
+
+    Only a refused connection counts: a timeout may be a slow or distant
+    node, and taking a client from a live node would break 4409.
+    """
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=0.5):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
 
 
 def _probe(members: Membership, names: list[str]) -> None:
@@ -197,7 +193,7 @@ def client_hello(
         if client is not None:
             if client.owner_id != user.pk:
                 raise ClientOwnedError("durable id is owned by another user")
-            if _connection_is_live(client, members):
+            if connection_is_live(client, members):
                 raise ClientConnectedError("durable client is already connected")
             store_lost = (
                 client.is_durable
@@ -253,7 +249,7 @@ def client_hello(
         client.connected_at = now
         client.expires_at = None
         if client.is_durable:
-            added = top_up(client, members, hosted_load)
+            added = top_up(client, members, selectors.hosted_load)
         client.save()
         history.record(client, "connected", detail="queue lost" if lost else "")
     pending = queue_selectors.queue_size(client_id=client.id)
@@ -645,8 +641,8 @@ def clients_of_dead_nodes_disconnect() -> int:
     }
     held: dict[str, list[tuple[uuid.UUID, str, bool]]] = {name: [] for name in dead}
     sockets = DurableClient.objects.filter(is_connected=True, node__in=dead)
-    for pk, node, socket in sockets.values_list("pk", "node", "channel_name"):
-        held[node].append((pk, socket, True))
+    for pk, node, socket_id in sockets.values_list("pk", "node", "channel_name"):
+        held[node].append((pk, socket_id, True))
     return sum(
         clients_ended(ended=ended, why=f"{node} down", at=dead[node])
         for node, ended in held.items()

@@ -17,6 +17,7 @@ from cache.models import Event
 from cache.selectors import LoggedEvent
 from clients import replication
 from clients.exceptions import NodeDrainingError
+from clients.replication import handover
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor
@@ -41,7 +42,7 @@ def rounds(monkeypatch):
         clock.now += 1.0
 
     monkeypatch.setattr(
-        replication,
+        handover,
         "time",
         SimpleNamespace(monotonic=lambda: clock.now, sleep=sleep),
     )

@@ -17,7 +17,7 @@ from django.utils import timezone
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Entry, Event, Node, Region
-from clients import fanout, replication, samples
+from clients import fanout, placement, replication, samples
 from clients import selectors as client_selectors
 from clients import services as client_services
 from clients.matching import parse_selector
@@ -1158,7 +1158,7 @@ def test_history_of_a_failover(user, op):
     client = DurableClient.objects.create(
         durable_id="d1", owner=user, primary=HERE, secondaries=["node-2"]
     )
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     assert replication.fix_placement(client.id, members, Counter()) is True
     client.refresh_from_db()
     assert (client.primary, client.secondaries) == ("node-2", [])
@@ -1182,7 +1182,7 @@ def test_no_failover_history_without_a_complete_secondary(user):
         secondaries=["node-2"],
         syncing=["node-2"],
     )
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     assert replication.fix_placement(client.id, members, Counter()) is False
     assert history_of("d1") == []
 
