@@ -127,7 +127,7 @@ def probed(monkeypatch):
         state.urls.append(url)
         return state.refuses
 
-    monkeypatch.setattr(services, "refuses_connections", probe)
+    monkeypatch.setattr("clients.services.hello.refuses_connections", probe)
     return state
 
 

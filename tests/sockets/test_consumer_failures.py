@@ -28,7 +28,7 @@ async def test_a_crashed_handler_does_not_leave_the_id_connected(
     assert connected
     await comm.send_json_to({"type": "hello", "durable_id": "fragile"})
     assert (await comm.receive_json_from(timeout=10))["type"] == "welcome"
-    monkeypatch.setattr(services, "interest_register", broken)
+    monkeypatch.setattr("clients.services.interests.interest_register", broken)
     await comm.send_json_to(
         {"type": "register_interest", "region": "prices", "all_keys": True}
     )
