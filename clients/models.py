@@ -32,10 +32,10 @@ class DurableClient(models.Model):
     conflate = models.CharField(max_length=8, choices=Conflate, default=Conflate.SERVER)
     is_connected = models.BooleanField(default=False)
     node = models.CharField(max_length=128, blank=True, default="")
-    # The id of the socket that holds the client (``NODE!TAG.hex``, made by the
-    # consumer; it was the socket's channel-layer channel before sockets had
-    # none): a late disconnect of an older socket must not release a newer.
-    channel_name = models.CharField(max_length=255, blank=True, default="")
+    # The id of the socket that holds the client (``NODE!TAG.hex``, made by
+    # the consumer): a late disconnect of an older socket must not release
+    # a newer one.
+    socket_id = models.CharField(max_length=255, blank=True, default="")
     primary = models.CharField(max_length=128, blank=True, default="")
     secondaries = models.JSONField(default=list, blank=True)
     # Secondaries whose copy is still being filled (a subset of

@@ -113,7 +113,7 @@ def delivery_checks(
     queue's last seq here, and the socket holding it ("" when it is marked
     away), in one query per database (sockets.wakeups)."""
     rows = sql.rows_by_pk(
-        DurableClient.objects, client_ids, "primary", "is_connected", "channel_name"
+        DurableClient.objects, client_ids, "primary", "is_connected", "socket_id"
     )
     heads = queue_selectors.queue_heads(client_ids=client_ids)
     checks = {}
@@ -128,8 +128,8 @@ def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
     ids carry ``tag`` (sockets.wakeups.WakeHub.tag): (client id, socket id)."""
     return list(
         DurableClient.objects.filter(
-            is_connected=True, channel_name__contains=f"!{tag}."
-        ).values_list("id", "channel_name")
+            is_connected=True, socket_id__contains=f"!{tag}."
+        ).values_list("id", "socket_id")
     )
 
 

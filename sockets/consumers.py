@@ -228,7 +228,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         options = services.parse_hello_options(frame)
         hello = _detach(
             db(services.client_hello)(
-                user=self.scope["user"], channel_name=self.socket_id, options=options
+                user=self.scope["user"], socket_id=self.socket_id, options=options
             )
         )
         try:

@@ -85,9 +85,7 @@ def parse_hello_options(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def client_hello(
-    *, user: Any, channel_name: str, options: dict[str, Any]
-) -> HelloResult:
+def client_hello(*, user: Any, socket_id: str, options: dict[str, Any]) -> HelloResult:
     """Attach a socket to a (new or returning) client on this node.
 
     1. A durable id owned by another user is refused (4403), then one that
@@ -123,7 +121,7 @@ def client_hello(
         elif client.primary and (client.primary != node or store_lost):
             lost = True
             _queue_start_afresh(client, node)
-        added = _attach_here(client, channel_name, options, members, now)
+        added = _attach_here(client, socket_id, options, members, now)
         history.record(client, "connected", detail="queue lost" if lost else "")
     pending = _queue_ready(client, added, node)
     if lost or (returning and pending == NO_QUEUE):
@@ -273,12 +271,12 @@ def _queue_start_afresh(client: DurableClient, node: str) -> None:
 
 def _attach_here(
     client: DurableClient,
-    channel_name: str,
+    socket_id: str,
     options: dict[str, Any],
     members: Membership,
     now: datetime,
 ) -> list[str]:
-    """Step 4: save the client as connected through ``channel_name`` with
+    """Step 4: save the client as connected through ``socket_id`` with
     the hello's options, hosted here, and its secondaries placed; return
     the secondaries added."""
     client.timeout = options["timeout"]
@@ -286,7 +284,7 @@ def _attach_here(
     client.conflate = options["conflate"]
     client.is_connected = True
     client.node = client.primary = self_node()
-    client.channel_name = channel_name
+    client.socket_id = socket_id
     client.connected_at = now
     client.expires_at = None
     added = top_up(client, members, selectors.hosted_load) if client.is_durable else []

@@ -19,21 +19,19 @@ from common import sql
 from queues import services as queue_services
 
 
-def client_disconnected(
-    *, client_id: uuid.UUID, channel_name: str, why: str = ""
-) -> None:
+def client_disconnected(*, client_id: uuid.UUID, socket_id: str, why: str = "") -> None:
     """Handle a socket that went away (close keepalive=true, or dropped).
 
     Durable: keep queue and durable interests, start the timeout. Non-durable:
     delete everything. A late call for a socket that is no longer the
     client's current one changes nothing. ``why`` goes to the history.
     """
-    clients_ended(ended=[(client_id, channel_name, True)], why=why)
+    clients_ended(ended=[(client_id, socket_id, True)], why=why)
 
 
-def client_close(*, client_id: uuid.UUID, channel_name: str, keepalive: bool) -> None:
+def client_close(*, client_id: uuid.UUID, socket_id: str, keepalive: bool) -> None:
     """Handle the ``close`` frame: keep for ``timeout`` or delete at once."""
-    clients_ended(ended=[(client_id, channel_name, keepalive)])
+    clients_ended(ended=[(client_id, socket_id, keepalive)])
 
 
 def clients_ended(
@@ -46,8 +44,8 @@ def clients_ended(
     transactions a socket. Timeouts run from ``at`` (default now). Return
     how many clients were released."""
     keep: dict[tuple[uuid.UUID, str], bool] = {}
-    for client_id, channel_name, stays in ended:  # a close wins over a drop
-        held = (client_id, channel_name)
+    for client_id, socket_id, stays in ended:  # a close wins over a drop
+        held = (client_id, socket_id)
         keep[held] = keep.get(held, True) and stays
     if not keep:
         return 0
@@ -57,12 +55,12 @@ def clients_ended(
             for client in DurableClient.objects.select_for_update()
             .filter(pk__in={client_id for client_id, _ in keep})
             .order_by("pk")
-            if (client.pk, client.channel_name) in keep
+            if (client.pk, client.socket_id) in keep
         ]
         kept: list[DurableClient] = []
         gone: list[DurableClient] = []
         for client in clients:
-            stays = client.is_durable and keep[client.pk, client.channel_name]
+            stays = client.is_durable and keep[client.pk, client.socket_id]
             (kept if stays else gone).append(client)
         closed = [client for client in gone if client.is_durable]
         history.record_many(closed, "closed", detail="close with keepalive false")
@@ -79,7 +77,7 @@ def clients_ended(
 
 _RELEASED = [
     DurableClient._meta.get_field(name)
-    for name in ("is_connected", "channel_name", "disconnected_at", "expires_at", "id")
+    for name in ("is_connected", "socket_id", "disconnected_at", "expires_at", "id")
 ]
 
 
@@ -94,7 +92,7 @@ def _mark_disconnected(
     now = at or timezone.now()
     for client in clients:
         client.is_connected = False
-        client.channel_name = ""
+        client.socket_id = ""
         client.disconnected_at = now
         client.expires_at = now + timedelta(seconds=client.timeout)
     db = connections[DEFAULT_DB_ALIAS]
@@ -108,7 +106,7 @@ def _mark_disconnected(
 def clients_node_restarted(*, node: str) -> int:
     """Mark every client connected to ``node`` as dropped (the node restarted)."""
     held = DurableClient.objects.filter(is_connected=True, node=node)
-    sockets = held.values_list("pk", "channel_name")
+    sockets = held.values_list("pk", "socket_id")
     return clients_ended(ended=[(pk, socket, True) for pk, socket in sockets])
 
 
@@ -127,7 +125,7 @@ def clients_of_dead_nodes_disconnect() -> int:
     }
     held: dict[str, list[tuple[uuid.UUID, str, bool]]] = {name: [] for name in dead}
     sockets = DurableClient.objects.filter(is_connected=True, node__in=dead)
-    for pk, node, socket_id in sockets.values_list("pk", "node", "channel_name"):
+    for pk, node, socket_id in sockets.values_list("pk", "node", "socket_id"):
         held[node].append((pk, socket_id, True))
     return sum(
         clients_ended(ended=ended, why=f"{node} down", at=dead[node])

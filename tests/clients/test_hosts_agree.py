@@ -128,7 +128,7 @@ def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queu
     set_node("node-1", up=False)
     monkeypatch.setattr(django_settings, "DURABLECACHE_NODE_NAME", "node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": 1})
-    result = services.client_hello(user=user, channel_name="ch-2", options=options)
+    result = services.client_hello(user=user, socket_id="ch-2", options=options)
     assert result.client is not None
     assert result.client.primary == "node-2"
 
@@ -201,7 +201,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     set_node("node-1", up=False)
     monkeypatch.setattr(django_settings, "DURABLECACHE_NODE_NAME", "node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": -1})
-    result = services.client_hello(user=user, channel_name="ch-2", options=options)
+    result = services.client_hello(user=user, socket_id="ch-2", options=options)
     assert result.client is not None
     assert result.client.primary == "node-2"
 
@@ -235,9 +235,7 @@ def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
     set_node("node-1")
     set_node("node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": 1})
-    client = services.client_hello(
-        user=user, channel_name="ch-1", options=options
-    ).client
+    client = services.client_hello(user=user, socket_id="ch-1", options=options).client
     head = cache_selectors.event_log_head()
     for node in ("node-1", "node-2"):
         FanoutCursor.objects.update_or_create(

@@ -87,7 +87,7 @@ def hosts_of(client):
 
 def hello(user, durable_id="d1", channel="ch-1", **extra):
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, channel_name=channel, options=options)
+    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def fill_queue(client_id, seqs, *, durable_id="d1"):
@@ -778,7 +778,7 @@ def _connected_on_node_2(user):
         primary="node-2",
         node="node-2",
         is_connected=True,
-        channel_name="old",
+        socket_id="old",
         connected_at=timezone.now(),
     )
 
@@ -792,7 +792,7 @@ def test_connected_client_on_a_peer_that_refuses_connections_is_taken_over(
     assert probed.urls == ["http://node-2.test:8000"]
     assert result.pending_events == -1
     assert hosts_of(client)[0] == HERE
-    assert result.client.channel_name == "ch-1"
+    assert result.client.socket_id == "ch-1"
 
 
 def test_connected_client_on_a_live_peer_is_refused_4409(user, probed):

@@ -127,7 +127,7 @@ async def test_a_hello_killed_in_flight_does_not_leave_the_id_connected(
 
 def _hello(user, durable_id, socket_id):
     options = services.parse_hello_options({"durable_id": durable_id})
-    services.client_hello(user=user, channel_name=socket_id, options=options)
+    services.client_hello(user=user, socket_id=socket_id, options=options)
 
 
 async def test_the_reconcile_releases_only_clients_of_sockets_this_process_lost(
