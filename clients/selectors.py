@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from cache import selectors as cache_selectors
 from clients import placement
+from clients.exceptions import UnknownClientError
 from clients.matching import Selector, key_matches
 from clients.models import (
     ClientHistory,
@@ -183,6 +184,23 @@ def image_page(
         return [e.key for e in entries], following
     items = [{"key": e.key, "value": e.value, "version": e.version} for e in entries]
     return items, following
+
+
+def client_get(*, client_id: uuid.UUID) -> DurableClient:
+    """The client a socket holds (a socket keeps only its id and flags)."""
+    client = DurableClient.objects.filter(pk=client_id).first()
+    if client is None:
+        raise UnknownClientError("the client was closed")
+    return client
+
+
+def client_visible_to(*, user: Any, durable_id: str) -> DurableClient:
+    """The durable client ``durable_id`` if ``user`` may see it (its owner;
+    operators see all); another owner's is unknown, like a missing one."""
+    client = DurableClient.objects.filter(durable_id=durable_id).first()
+    if client is None or not (user.is_staff or client.owner_id == user.pk):
+        raise UnknownClientError(f"no durable client {durable_id!r}")
+    return client
 
 
 def client_list(*, user: Any) -> QuerySet[DurableClient]:

@@ -16,19 +16,16 @@ from clients.services.hello import (
     parse_hello_options,
 )
 from clients.services.interests import (
-    client_for_socket,
     interest_delete,
     interest_register,
-    interest_register_for,
+    interest_register_by_client_id,
     interest_unregister,
-    interest_unregister_checked,
-    interest_unregister_for,
+    interest_unregister_by_client_id,
 )
 from clients.services.ownership import (
     CLOSE_BY_OPERATOR,
     client_delete,
     client_ensure_offline,
-    client_get_for,
 )
 from clients.services.sessions import (
     client_close,
@@ -47,8 +44,6 @@ __all__ = [
     "client_delete",
     "client_disconnected",
     "client_ensure_offline",
-    "client_for_socket",
-    "client_get_for",
     "client_hello",
     "clients_ended",
     "clients_expire",
@@ -56,9 +51,8 @@ __all__ = [
     "clients_of_dead_nodes_disconnect",
     "interest_delete",
     "interest_register",
-    "interest_register_for",
+    "interest_register_by_client_id",
     "interest_unregister",
-    "interest_unregister_checked",
-    "interest_unregister_for",
+    "interest_unregister_by_client_id",
     "parse_hello_options",
 ]

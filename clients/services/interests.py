@@ -8,6 +8,7 @@ from django.db import transaction
 
 from cache import selectors as cache_selectors
 from cache import services as cache_services
+from clients import selectors
 from clients.exceptions import UnknownClientError
 from clients.matching import Selector
 from clients.models import DurableClient, EndedInterest, Interest
@@ -80,17 +81,13 @@ def _interest_upsert(
     return interest
 
 
-def client_for_socket(*, client_id: uuid.UUID) -> DurableClient:
-    """The client a socket holds (a socket keeps only its id and flags)."""
-    client = DurableClient.objects.filter(pk=client_id).first()
-    if client is None:
-        raise UnknownClientError("the client was closed")
-    return client
-
-
-def interest_register_for(*, client_id: uuid.UUID, **fields: Any) -> list[Interest]:
-    """``interest_register`` for the client a socket holds."""
-    return interest_register(client=client_for_socket(client_id=client_id), **fields)
+def interest_register_by_client_id(
+    *, client_id: uuid.UUID, **fields: Any
+) -> list[Interest]:
+    """``interest_register`` for the client a socket holds, known by its id
+    (a socket keeps only the id); UnknownClientError once it is gone."""
+    client = selectors.client_get(client_id=client_id)
+    return interest_register(client=client, **fields)
 
 
 def interest_unregister(
@@ -162,17 +159,12 @@ def interests_end(client_ids: list[uuid.UUID], **which: Any) -> int:
         return Interest.objects.filter(pk__in=[row[0] for row in rows]).delete()[0]
 
 
-def interest_unregister_checked(
-    *, client: DurableClient, region: str, selector: Selector
-) -> int:
-    """Unregister after checking the region exists (``no_such_region``)."""
-    cache_selectors.region_get(name=region)
-    return interest_unregister(client=client, region=region, selector=selector)
-
-
-def interest_unregister_for(
+def interest_unregister_by_client_id(
     *, client_id: uuid.UUID, region: str, selector: Selector
 ) -> int:
-    """``interest_unregister_checked`` for the client a socket holds."""
-    client = client_for_socket(client_id=client_id)
-    return interest_unregister_checked(client=client, region=region, selector=selector)
+    """``interest_unregister`` for the client a socket holds, known by its
+    id, once the region is known to exist (``no_such_region`` otherwise,
+    as ``interest_register`` checks it)."""
+    client = selectors.client_get(client_id=client_id)
+    cache_selectors.region_get(name=region)
+    return interest_unregister(client=client, region=region, selector=selector)

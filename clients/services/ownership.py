@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cache.validation import validate_name
-from clients import dispatch, history
+from clients import dispatch, history, selectors
 from clients.exceptions import UnknownClientError
 from clients.models import DurableClient
 from clients.placement import self_node
@@ -21,18 +21,10 @@ from queues import services as queue_services
 CLOSE_BY_OPERATOR = 4410
 
 
-def client_get_for(*, user: Any, durable_id: str) -> DurableClient:
-    """Return a durable client visible to ``user`` (operators see all)."""
-    client = DurableClient.objects.filter(durable_id=durable_id).first()
-    if client is None or not (user.is_staff or client.owner_id == user.pk):
-        raise UnknownClientError(f"no durable client {durable_id!r}")
-    return client
-
-
 def client_delete(*, user: Any, durable_id: str) -> None:
     """Close a durable client for good: drop its queue and socket (4410)."""
     with transaction.atomic():
-        client = client_get_for(user=user, durable_id=durable_id)
+        client = selectors.client_visible_to(user=user, durable_id=durable_id)
         client = DurableClient.objects.select_for_update().get(pk=client.pk)
         client_id, node = client.id, client.node
         history.record(client, "deleted", detail=f"closed by {user}")
@@ -51,7 +43,7 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
     """
     validate_name(durable_id, what="durable_id")
     try:
-        return client_get_for(user=user, durable_id=durable_id)
+        return selectors.client_visible_to(user=user, durable_id=durable_id)
     except UnknownClientError:
         if DurableClient.objects.filter(durable_id=durable_id).exists():
             raise
@@ -68,7 +60,7 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
                 expires_at=now + timedelta(seconds=timeout),
             )
     except IntegrityError:
-        return client_get_for(user=user, durable_id=durable_id)
+        return selectors.client_visible_to(user=user, durable_id=durable_id)
     queue_services.queue_ensure(
         client_id=client.id, durable_id=durable_id, conflate=client.conflate
     )
