@@ -28,8 +28,9 @@ from common import sql
 from common.errors import ConflictError
 from queues import selectors as queue_selectors
 
-# Interests per fan-out: one statement, not a queryset (building it was
-# ~0.4 ms of a fan-out that moved one event to 10 queues in ~2 ms).
+# Interests per fan-out pass: one statement, not a queryset, whose
+# construction alone costs a pass a good share of its time
+# (docs/decisions/0010-hot-statements-in-sql.md).
 _INTEREST_COLUMNS = ("client_id", "region", "kind", "selector", "since_seq")
 # Up to this many hosted clients are named in the statement; with more,
 # every interest of the regions is read and the caller filters.

@@ -1,5 +1,6 @@
-"""The fan-out doorbell is a Redis list of at most one item per node
-(clients.dispatch), which the node's worker pops (clients.tasks.FanoutListener)."""
+"""Sending work to a node's worker (clients.dispatch): tasks go by name to
+the node's queue, and the fan-out doorbell is a Redis list of at most one
+item per node, which the node's worker pops (clients.tasks.FanoutListener)."""
 
 import threading
 import time
