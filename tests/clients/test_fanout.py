@@ -4,6 +4,7 @@ are woken for it."""
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 
 from cache import services as cache_services
 from cache.models import Node
@@ -122,3 +123,31 @@ def test_ended_interests_go_once_their_events_left_the_log(user, region, monkeyp
     monkeypatch.setattr(maintenance, "EVENT_RETENTION", timedelta(0))
     maintenance.prune_event_log()
     assert not EndedInterest.objects.exists()
+
+
+# One pass over one event costs the same statements whatever the number of
+# queues it reaches: the interests in one read, the queues' states in one,
+# their entries in one insert and their heads in one update.
+# The cluster database: the log read, the interests read.
+PASS_STATEMENTS_CLUSTER = 2
+# The node store, in the test's transaction: SAVEPOINT, the cursor read
+# (locked), the hosted queues, their states, the entries' insert (COPY on
+# PostgreSQL, not counted; there ``SET LOCAL synchronous_commit`` instead),
+# the states' update, the cursor move, RELEASE.
+PASS_STATEMENTS_NODE = 8
+
+
+@pytest.mark.parametrize("hosted", [1, 12])
+def test_a_pass_fans_an_event_out_to_every_queue_in_the_same_statements(
+    user, region, hosted, django_assert_num_queries
+):
+    clients = [connected_client(user, f"c{i}", keys=["k"]) for i in range(hosted)]
+    fanout.fanout_node("node-1")
+    cache_services.entry_put(region="prices", key="k", value=1)
+    with (
+        django_assert_num_queries(PASS_STATEMENTS_CLUSTER),
+        django_assert_num_queries(PASS_STATEMENTS_NODE, connection=connections["node"]),
+    ):
+        assert fanout.fanout_node("node-1") == 1
+    for client in clients:
+        assert _keys(client) == [("create", "k")]
