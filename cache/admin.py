@@ -315,7 +315,7 @@ class EventLogAdmin(ReadOnlyAdmin):
 
 
 def node_status(node: Node) -> str:
-    """up, draining or down, as ``clients.replication.Membership`` says.
+    """up, draining or down, as ``clients.placement.Membership`` says.
 
     Down when the heartbeat is stale (draining or not); ``node_is_up`` of
     a copy that is not draining tells whether the heartbeat is fresh.

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connections, transaction
 
 from cache import selectors as cache_selectors
-from clients import selectors
+from clients import dispatch, selectors
 from clients.matching import key_matches
 from clients.models import InterestKind
 from queues import notify
@@ -181,7 +181,5 @@ def _nodes_to_ring() -> list[str]:
 
 def ring_fanout(last_seq: int) -> None:
     """After a write commits: ask every live node to fan the new events out."""
-    from clients.tasks import fanout_on
-
     for node in _nodes_to_ring():
-        fanout_on(node)
+        dispatch.fanout_on(node)

@@ -6,7 +6,7 @@ Each step is idempotent, so running it on every node at once is safe.
 import logging
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from cache import selectors as cache_selectors
 from cache.models import Entry, Event, Node
-from clients import fanout, history, replication, samples, services
+from clients import fanout, history, placement, replication, samples, services
 from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
 from common import sql
 from queues import selectors as queue_selectors
@@ -92,10 +92,10 @@ def report_queue_sizes(node: str) -> None:
     """Publish this node's queue sizes and acks to the cluster database.
 
     Only changed rows are written, so an idle node with thousands of
-    queues costs two reads a tick. Statements, not querysets: with 100
-    busy queues ``bulk_update``'s CASE expressions were a third of a
-    worker's CPU at 50 writes/s (docs/performance.md), and its UPDATE
-    held the cluster database's write lock the writers wait for.
+    queues costs two reads a tick. Statements, not querysets: the CASE
+    expressions of ``bulk_update`` cost a busy worker more CPU than the
+    reports are worth, and its UPDATE holds the cluster database's write
+    lock the writers wait for (docs/decisions/0010-hot-statements-in-sql.md).
     """
     heads = queue_selectors.queue_size_and_acked()
     reports = _reports_of(node)
@@ -177,7 +177,7 @@ def drop_orphans() -> int:
     hosted = queue_selectors.queue_created_at()
     if not hosted:
         return 0
-    node = services.self_node()
+    node = placement.self_node()
     keep = {
         pk
         for pk, primary, secondaries in DurableClient.objects.filter(
@@ -227,7 +227,7 @@ def prune_event_log() -> int:
     nothing any more (its queues failed over, or it was retired) does not.
     Events are also kept ``EVENT_RETENTION`` for copies being filled.
     """
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     hosts: set[str] = set()
     for primary, secondaries in DurableClient.objects.values_list(
         "primary", "secondaries"
@@ -237,23 +237,29 @@ def prune_event_log() -> int:
     needed = [
         row.fanout_through
         for name, row in members.rows.items()
-        if name in hosts or members.state(name) != replication.DOWN
+        if name in hosts or members.state(name) != placement.DOWN
     ]
     if not needed or not min(needed):
         return 0
-    horizon = timezone.now() - EVENT_RETENTION
-    through = min(needed)
+    pruned = _prune_events(
+        through=min(needed), horizon=timezone.now() - EVENT_RETENTION
+    )
+    _prune_ended_interests()
+    return pruned
+
+
+def _prune_events(*, through: int, horizon: datetime) -> int:
+    """Delete the events through ``through`` older than ``horizon``, from
+    the oldest on, by the seq index, a chunk at a time; return how many.
+
+    The time condition has no index: one DELETE over ``seq <= through``
+    would read every event kept for the retention on every tick of every
+    node. Seqs and timestamps rise together, so an oldest event still
+    within the retention means there is nothing to prune (at worst a
+    node's clock skew later).
+    """
     pruned = 0
     for _ in range(PRUNE_CHUNKS):
-        # From the oldest event on, by the seq index, a chunk at a time: one
-        # DELETE over "seq <= through" read every event kept for the
-        # retention (all of them, ten minutes of writes) on every tick of
-        # every node, because the time condition has no index: on
-        # PostgreSQL that was most of the log's sequential reads and what
-        # slowed the bench's later rounds (docs/performance.md). Seqs and
-        # timestamps rise together, so an oldest event still within the
-        # retention means there is nothing to prune (at worst a node's
-        # clock skew later).
         oldest = Event.objects.order_by("seq").values_list("seq", "ts").first()
         if oldest is None or oldest[0] > through or oldest[1] >= horizon:
             break
@@ -264,7 +270,6 @@ def prune_event_log() -> int:
         pruned += done
         if upto == through or not done:
             break
-    _prune_ended_interests()
     return pruned
 
 

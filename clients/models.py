@@ -29,15 +29,13 @@ class DurableClient(models.Model):
     )
     timeout = models.PositiveIntegerField(default=300)
     redundancy = models.IntegerField(default=0)
-    conflate = models.CharField(
-        max_length=8, choices=Conflate, default=Conflate.SERVER
-    )
+    conflate = models.CharField(max_length=8, choices=Conflate, default=Conflate.SERVER)
     is_connected = models.BooleanField(default=False)
     node = models.CharField(max_length=128, blank=True, default="")
-    # The id of the socket that holds the client (``NODE!TAG.hex``, made by the
-    # consumer; it was the socket's channel-layer channel before sockets had
-    # none): a late disconnect of an older socket must not release a newer.
-    channel_name = models.CharField(max_length=255, blank=True, default="")
+    # The id of the socket that holds the client (``NODE!TAG.hex``, made by
+    # the consumer): a late disconnect of an older socket must not release
+    # a newer one.
+    socket_id = models.CharField(max_length=255, blank=True, default="")
     primary = models.CharField(max_length=128, blank=True, default="")
     secondaries = models.JSONField(default=list, blank=True)
     # Secondaries whose copy is still being filled (a subset of
@@ -95,9 +93,7 @@ class Interest(models.Model):
     # The key for KEY, the pattern for REGEX, empty for ALL_KEYS.
     selector = models.CharField(max_length=1024, blank=True, default="")
     is_durable = models.BooleanField(default=False)
-    policy = models.CharField(
-        max_length=12, choices=Policy, default=Policy.KEYS_VALUES
-    )
+    policy = models.CharField(max_length=12, choices=Policy, default=Policy.KEYS_VALUES)
     # Events with seq <= since_seq were written before the interest existed.
     since_seq = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -10,7 +10,8 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from cache import selectors as cache_selectors
-from clients import replication
+from clients import placement
+from clients.exceptions import UnknownClientError
 from clients.matching import Selector, key_matches
 from clients.models import (
     ClientHistory,
@@ -27,8 +28,9 @@ from common import sql
 from common.errors import ConflictError
 from queues import selectors as queue_selectors
 
-# Interests per fan-out: one statement, not a queryset (building it was
-# ~0.4 ms of a fan-out that moved one event to 10 queues in ~2 ms).
+# Interests per fan-out pass: one statement, not a queryset, whose
+# construction alone costs a pass a good share of its time
+# (docs/decisions/0010-hot-statements-in-sql.md).
 _INTEREST_COLUMNS = ("client_id", "region", "kind", "selector", "since_seq")
 # Up to this many hosted clients are named in the statement; with more,
 # every interest of the regions is read and the caller filters.
@@ -103,7 +105,7 @@ def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
 
 
 def redundancy_satisfied(client: DurableClient) -> bool:
-    return replication.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
+    return placement.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
 
 
 def delivery_checks(
@@ -113,7 +115,7 @@ def delivery_checks(
     queue's last seq here, and the socket holding it ("" when it is marked
     away), in one query per database (sockets.wakeups)."""
     rows = sql.rows_by_pk(
-        DurableClient.objects, client_ids, "primary", "is_connected", "channel_name"
+        DurableClient.objects, client_ids, "primary", "is_connected", "socket_id"
     )
     heads = queue_selectors.queue_heads(client_ids=client_ids)
     checks = {}
@@ -128,8 +130,19 @@ def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
     ids carry ``tag`` (sockets.wakeups.WakeHub.tag): (client id, socket id)."""
     return list(
         DurableClient.objects.filter(
-            is_connected=True, channel_name__contains=f"!{tag}."
-        ).values_list("id", "channel_name")
+            is_connected=True, socket_id__contains=f"!{tag}."
+        ).values_list("id", "socket_id")
+    )
+
+
+def hosted_load() -> Counter[str]:
+    """How many queues each node hosts, from the nodes' size reports."""
+    return Counter(
+        dict(
+            QueueSizeReport.objects.values("node")
+            .annotate(n=Count("id"))
+            .values_list("node", "n")
+        )
     )
 
 
@@ -172,6 +185,23 @@ def image_page(
         return [e.key for e in entries], following
     items = [{"key": e.key, "value": e.value, "version": e.version} for e in entries]
     return items, following
+
+
+def client_get(*, client_id: uuid.UUID) -> DurableClient:
+    """The client a socket holds (a socket keeps only its id and flags)."""
+    client = DurableClient.objects.filter(pk=client_id).first()
+    if client is None:
+        raise UnknownClientError("the client was closed")
+    return client
+
+
+def client_visible_to(*, user: Any, durable_id: str) -> DurableClient:
+    """The durable client ``durable_id`` if ``user`` may see it (its owner;
+    operators see all); another owner's is unknown, like a missing one."""
+    client = DurableClient.objects.filter(durable_id=durable_id).first()
+    if client is None or not (user.is_staff or client.owner_id == user.pk):
+        raise UnknownClientError(f"no durable client {durable_id!r}")
+    return client
 
 
 def client_list(*, user: Any) -> QuerySet[DurableClient]:

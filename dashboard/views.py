@@ -152,7 +152,9 @@ def clients(request: HttpRequest) -> HttpResponse:
 
 def _client(request: HttpRequest, durable_id: str) -> Any:
     try:
-        return client_services.client_get_for(user=request.user, durable_id=durable_id)
+        return client_selectors.client_visible_to(
+            user=request.user, durable_id=durable_id
+        )
     except UnknownClientError:
         return None
 

@@ -72,7 +72,7 @@ class _NodeCollector:
 
 def _redundancy_short() -> int:
     from clients.models import DurableClient
-    from clients.replication import Membership, wanted_secondaries
+    from clients.placement import Membership, wanted_secondaries
 
     live = len(Membership.read().up())
     rows = DurableClient.objects.filter(durable_id__isnull=False).exclude(redundancy=0)

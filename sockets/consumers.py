@@ -228,7 +228,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         options = services.parse_hello_options(frame)
         hello = _detach(
             db(services.client_hello)(
-                user=self.scope["user"], channel_name=self.socket_id, options=options
+                user=self.scope["user"], socket_id=self.socket_id, options=options
             )
         )
         try:
@@ -263,7 +263,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         selector = parse_selector(frame)
         is_durable = parse_bool(frame.get("durable"), field="durable")
         policy = parse_policy(frame.get("policy"))
-        await db(services.interest_register_for)(
+        await db(services.interest_register_by_client_id)(
             client_id=self.client.id,
             region=region,
             selector=selector,
@@ -300,7 +300,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     ) -> None:
         region = protocol.required_str(frame, "region")
         selector = parse_selector(frame)
-        await db(services.interest_unregister_for)(
+        await db(services.interest_unregister_by_client_id)(
             client_id=self.client.id, region=region, selector=selector
         )
         await self.send(protocol.reply("interest_unregistered", req_id))

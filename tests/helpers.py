@@ -64,7 +64,7 @@ def connected_client(user, durable_id, region="prices", *, durable=True, **selec
     ``durable`` is false), no image."""
     options = services.parse_hello_options({"durable_id": durable_id})
     client = services.client_hello(
-        user=user, channel_name=durable_id, options=options
+        user=user, socket_id=durable_id, options=options
     ).client
     services.interest_register(
         client=client,

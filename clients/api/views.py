@@ -51,7 +51,7 @@ def _checked_id(durable_id: str) -> str:
 
 
 def _client(request: Request, durable_id: str) -> DurableClient:
-    return services.client_get_for(
+    return selectors.client_visible_to(
         user=request.user, durable_id=_checked_id(durable_id)
     )
 

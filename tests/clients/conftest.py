@@ -4,13 +4,13 @@ from typing import Any
 
 import pytest
 
-from clients import tasks
+from clients import dispatch
 
 
 def recorder(monkeypatch: Any, name: str) -> list[tuple[Any, ...]]:
-    """Replace ``clients.tasks.<name>`` with one that records its arguments."""
+    """Replace ``clients.dispatch.<name>`` with one that records its arguments."""
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(tasks, name, lambda *args: calls.append(args))
+    monkeypatch.setattr(dispatch, name, lambda *args: calls.append(args))
     return calls
 
 

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.django_db(databases=["default", "node"])
 BASE = "/api/v1"
 
 
-def hello(user, durable_id, channel_name="ch-1", **extra):
+def hello(user, durable_id, socket_id="ch-1", **extra):
     """Connect a durable client on this node (node-1), as the websocket does."""
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, channel_name=channel_name, options=options)
+    return services.client_hello(user=user, socket_id=socket_id, options=options)
 
 
 def register(api, durable_id, **body):
@@ -61,7 +61,7 @@ def test_connected_client_fields(api, user):
 
 def test_disconnected_client_has_expires_at(api, user):
     client = hello(user, "d1", timeout=60).client
-    services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=client.id, socket_id="ch-1")
     item = api.get(f"{BASE}/clients/d1/").json()
     assert item["state"] == "disconnected"
     assert item["expires_at"] is not None
@@ -69,14 +69,14 @@ def test_disconnected_client_has_expires_at(api, user):
 
 def test_plain_user_sees_only_its_own_clients(api, user, other_user):
     hello(user, "mine")
-    hello(other_user, "theirs", channel_name="ch-2")
+    hello(other_user, "theirs", socket_id="ch-2")
     results = api.get(f"{BASE}/clients/").json()["results"]
     assert [c["durable_id"] for c in results] == ["mine"]
 
 
 def test_operator_sees_every_client(operator_api, user, other_user):
     hello(user, "mine")
-    hello(other_user, "theirs", channel_name="ch-2")
+    hello(other_user, "theirs", socket_id="ch-2")
     results = operator_api.get(f"{BASE}/clients/").json()["results"]
     assert [(c["durable_id"], c["owner"]) for c in results] == [
         ("mine", "alice"),
@@ -87,14 +87,14 @@ def test_operator_sees_every_client(operator_api, user, other_user):
 
 def test_non_durable_clients_are_not_listed(api, user):
     services.client_hello(
-        user=user, channel_name="ch-x", options=services.parse_hello_options({})
+        user=user, socket_id="ch-x", options=services.parse_hello_options({})
     )
     assert api.get(f"{BASE}/clients/").json()["results"] == []
 
 
 def test_client_list_is_paged_with_next_links(api, user):
     for i in range(5):
-        hello(user, f"d{i}", channel_name=f"ch-{i}")
+        hello(user, f"d{i}", socket_id=f"ch-{i}")
     pages = follow_pages(api, f"{BASE}/clients/?limit=2")
     assert [[c["durable_id"] for c in page] for page in pages] == [
         ["d0", "d1"],

@@ -32,7 +32,7 @@ def test_issue_token_creates_the_user_and_prints_the_token_last():
 
 def test_durable_list_show_and_close(user):
     options = services.parse_hello_options({"durable_id": "cli-1"})
-    services.client_hello(user=user, channel_name="ch", options=options)
+    services.client_hello(user=user, socket_id="ch", options=options)
     assert "cli-1" in run("durable", "list")
     shown = json.loads(run("durable", "show", "cli-1"))
     assert shown["state"] == "connected"

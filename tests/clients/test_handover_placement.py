@@ -1,10 +1,10 @@
 """Graceful stops (SIGTERM) and the placement of a queue whose hosts are
 stopping: the queue reaches an up node, and a copy arriving in pages
-conflates as the copy's own fan-out would. Each test failed before the fix
-its docstring names (found by a review of the handover path).
+conflates as the copy's own fan-out would. Each test's docstring names
+the contract and the sequence that would break it.
 
 Other nodes are ``Node`` rows; their workers are stood in for by recording
-the task senders of ``clients.tasks`` (as tests/clients/test_replication.py).
+the task senders of ``clients.dispatch`` (as tests/clients/test_replication.py).
 """
 
 from types import SimpleNamespace
@@ -17,6 +17,7 @@ from cache.models import Event
 from cache.selectors import LoggedEvent
 from clients import replication
 from clients.exceptions import NodeDrainingError
+from clients.replication import handover
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor
@@ -41,7 +42,7 @@ def rounds(monkeypatch):
         clock.now += 1.0
 
     monkeypatch.setattr(
-        replication,
+        handover,
         "time",
         SimpleNamespace(monotonic=lambda: clock.now, sleep=sleep),
     )
@@ -58,12 +59,11 @@ def test_two_nodes_stopped_together_hand_a_shared_queue_to_the_node_left_up(
     redundancy-1 queue hosted on those two to the third, which is up all
     along.
 
-    Before ``fail_over`` kept only up secondaries under a draining primary:
-    the draining secondary still counts as a secondary for
-    ``top_up`` (``fail_over`` returns before it drops the hosts that are not
-    up), so no copy is ever started on node-3; both stopping nodes keep the
-    queue until their deadline and exit with it, and the client's next
-    ``hello`` on node-3 is told ``-1``: every queued event is lost.
+    Under a draining primary ``fail_over`` keeps only the up secondaries.
+    Were the draining secondary still counted by ``top_up``, no copy would
+    ever start on node-3: both stopping nodes would keep the queue until
+    their deadline and exit with it, and the client's next ``hello`` on
+    node-3 would be told ``-1``: every queued event lost.
     """
     nodes(draining=[HERE, "node-2"], up=["node-3"])
     client = stored(user, primary=HERE, secondaries=["node-2"], redundancy=1)
@@ -88,12 +88,12 @@ def test_stopping_the_node_with_the_only_complete_copy_of_a_dead_primary_hands_i
     queue's only complete copy (this node) is then stopped gracefully while
     node-2 is up: the copy must go to node-2.
 
-    Before ``fail_over`` promoted a draining complete copy:
-    ``fix_placement`` neither promoted the draining complete copy nor
-    copies it anywhere (``fail_over`` promotes only ``UP`` secondaries and
-    ``top_up`` is only reached for an up or draining primary; ``copy_source``
-    also refuses a draining secondary), so the handover spins until its
-    deadline and the node exits with the last copy of the queue.
+    ``fail_over`` promotes the draining complete copy, whose handover then
+    moves the queue on. Left unpromoted, nothing would copy it anywhere
+    (``top_up`` is only reached for an up or draining primary, and
+    ``copy_source`` refuses a draining secondary), so the handover would
+    spin until its deadline and the node exit with the last copy of the
+    queue.
     """
     nodes(draining=[HERE], up=["node-2"], down=["node-3"])
     client = stored(user, primary="node-3", secondaries=[HERE], redundancy=1)
@@ -119,12 +119,11 @@ def test_a_hello_meanwhile_is_told_to_retry_not_that_the_queue_is_lost(
 
     Here the primary (node-3) crashed and the only complete copy is on
     node-2, which is draining (SIGTERM, still heartbeating and serving copy
-    pages). Before ``fail_over`` promoted a draining complete copy, a
-    ``hello`` on this up node was answered ``-1`` and the copy on
-    node-2 is dropped (``client_hello``: ``fail_over`` ignores the draining
-    secondary, the primary is ``DOWN`` not ``DRAINING``, so the queue is
-    declared lost and ``_drop_elsewhere`` deletes it): every queued event
-    is lost although a complete copy was alive.
+    pages). ``fail_over`` promotes that draining complete copy. Were it
+    ignored, the primary would stay ``DOWN`` (not ``DRAINING``), so
+    ``client_hello`` would declare the queue lost (``-1``) and drop the
+    copy on node-2: every queued event lost although a complete copy is
+    alive.
     """
     settings.DURABLECACHE_PROBE_PEERS = False
     nodes(up=[HERE], draining=["node-2"], down=["node-3"])
@@ -172,12 +171,13 @@ def test_a_copied_update_the_copys_fanout_superseded_is_conflated(user):
     fan-out appends v3 (nothing of K to conflate yet: the page is still in
     flight). Then ``queue_copy_in`` stores the page's v2 on T, below v3.
 
-    Before ``_conflate_copied``: instead of P's [90, 105], T held
-    [90, 95, 105]. The client served by P
-    gets v1, v3; if its socket ends before its ack of 105 reaches T (P
-    crashes, or the handover's 4503 outruns the ack relay), T replays v2 --
-    an id the client never saw, so the library passes it on -- after v3:
-    K's versions reach the listener as 1, 3, 2.
+    ``queue_copy_in`` conflates the copied v2 away (``_conflate_copied``),
+    so T holds P's [90, 105]. Were T to hold [90, 95, 105], the client
+    served by P would get v1, v3 and, if its socket ends before its ack of
+    105 reaches T (P crashes, or the handover's 4503 outruns the ack
+    relay), T would replay v2 -- an id the client never saw, so the
+    library passes it on -- after v3: K's versions would reach the
+    listener as 1, 3, 2.
     """
     source = stored(user, "src", primary="node-2")
     copy = stored(user, "dst", primary="node-2", secondaries=[HERE])

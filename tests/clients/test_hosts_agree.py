@@ -4,9 +4,9 @@ emptied, a write committed while an interest registers.
 
 The test database's one node store stands for the store of the node named
 in each test (``node-2`` unless said otherwise); the other nodes are
-``Node`` rows and the recorded task senders of ``clients.tasks``, as in
-tests/clients/test_replication.py. Each test failed before the fix its
-docstring names (found by a review of the delivery rules across nodes).
+``Node`` rows and the recorded task senders of ``clients.dispatch``, as in
+tests/clients/test_replication.py. Each test's docstring names the
+contract and the race that would break it.
 """
 
 from datetime import timedelta
@@ -84,7 +84,7 @@ def write(*keys):
     ]
 
 
-def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queued(
+def test_a_relayed_ack_that_outruns_the_secondarys_fanout_leaves_no_acked_event_queued(
     user, region, monkeypatch
 ):
     """Contract (DESIGN §3 ack, ARCHITECTURE "Life of a write" 5): an
@@ -92,18 +92,17 @@ def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queu
     them within a second, and a client gets each event once; after a
     failover only the acks of the last relay period may come again.
 
-    Before ``_append`` skipped what the queue had acked: node-1 (primary)
-    delivers events 1..3, the client acks 3,
-    the relay reaches node-2 (``clients.ack`` -> ``queue_ack_many``) before
-    node-2's own fan-out has read those events (a busy worker, a lost
-    doorbell healed by the tick). The ack moves the copy's
-    ``acked_through`` to 3 but not its ``last_seq``; ``_append`` then skips
-    only events at or below ``last_seq``, so the fan-out queues the three
-    acked events on node-2 after their ack. The primary's ack report
-    (``apply_reported_acks``) does not heal it (its acked_through is no
-    higher than the copy's). The client goes away; node-1 dies; node-2 is
-    promoted and the client is told it has 3 pending events and gets,
-    again, events it acked long ago.
+    The race: node-1 (primary) delivers events 1..3, the client acks 3,
+    and the relay reaches node-2 (``clients.ack`` -> ``queue_ack_many``)
+    before node-2's own fan-out has read those events (a busy worker, a
+    lost doorbell healed by the tick). The ack moves the copy's
+    ``acked_through`` to 3 but not its ``last_seq``, so the fan-out
+    (``_append``) skips what the queue has acked, not only what it holds.
+    Were it to queue the three acked events after their ack, the primary's
+    ack report (``apply_reported_acks``) would not heal it (its
+    acked_through is no higher than the copy's): once the client goes away
+    and node-1 dies, the promoted node-2 tells the client it has 3 pending
+    events and hands it, again, events it acked long ago.
     """
     set_node("node-1")
     set_node("node-2")
@@ -128,7 +127,7 @@ def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queu
     set_node("node-1", up=False)
     monkeypatch.setattr(django_settings, "DURABLECACHE_NODE_NAME", "node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": 1})
-    result = services.client_hello(user=user, channel_name="ch-2", options=options)
+    result = services.client_hello(user=user, socket_id="ch-2", options=options)
     assert result.client is not None
     assert result.client.primary == "node-2"
 
@@ -136,7 +135,7 @@ def test_relayed_ack_that_outruns_the_secondarys_fanout_leaves_acked_events_queu
     assert result.pending_events == 0
 
 
-def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
+def test_a_node_back_after_the_log_emptied_loses_no_event_silently(
     user, region, monkeypatch, adopted, dropped, django_capture_on_commit_callbacks
 ):
     """Contract (protocol §4.6, operations "node crash with its store
@@ -144,18 +143,18 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     is lost, and then ``pending_events: -1`` says so; only a complete copy
     is promoted.
 
-    Before ``cursor_init`` took an emptied log past its cursor for a gap:
-    node-2 holds a copy of a redundancy -1 client's queue and
-    is SIGKILLed; the repair unlists it, node-1 (the primary) queues three
-    more events. Nothing is written for ten minutes, so pruning (which does
-    not wait for a down node that hosts nothing) empties the whole event
-    log. node-2 restarts with its store: ``cursor_init`` is given
-    ``oldest=None`` and takes an empty log for "not behind", so it keeps
-    its stale copy and its old cursor. The repair lists node-2 again
-    (redundancy -1), ``queue_adopt`` finds the existing copy ``is_synced``
-    and reports it complete at once. node-1 dies; node-2 is promoted and
-    the client is welcomed with 1 pending event: the three written while
-    node-2 was down are gone, and it is not told (-1).
+    The sequence: node-2 holds a copy of a redundancy -1 client's queue
+    and is SIGKILLed; the repair unlists it, node-1 (the primary) queues
+    three more events. Nothing is written for ten minutes, so pruning
+    (which does not wait for a down node that hosts nothing) empties the
+    whole event log. node-2 restarts with its store, and ``cursor_init``
+    (given ``oldest=None``) takes an emptied log past its cursor for a
+    gap. Were it taken for "not behind", node-2 would keep its stale copy
+    and its old cursor, the repair would list node-2 again (redundancy
+    -1), ``queue_adopt`` would find the copy ``is_synced`` and report it
+    complete at once, and once node-1 dies the promoted node-2 would
+    welcome the client with 1 pending event: the three written while
+    node-2 was down gone, and the client not told (-1).
     """
     recorder(monkeypatch, "copy_out_on")
     set_node("node-1")
@@ -201,7 +200,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     set_node("node-1", up=False)
     monkeypatch.setattr(django_settings, "DURABLECACHE_NODE_NAME", "node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": -1})
-    result = services.client_hello(user=user, channel_name="ch-2", options=options)
+    result = services.client_hello(user=user, socket_id="ch-2", options=options)
     assert result.client is not None
     assert result.client.primary == "node-2"
 
@@ -211,7 +210,7 @@ def test_node_back_after_the_log_emptied_becomes_a_complete_copy_missing_events(
     )
 
 
-def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
+def test_an_event_committed_while_an_interest_registers_is_queued_alike_on_every_host(
     user, region, monkeypatch, adopted
 ):
     """Contract (ARCHITECTURE "Life of a write" 3, protocol §4.2/§4.5): a
@@ -219,25 +218,22 @@ def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
     rows everywhere; "every host queues the same ones however late its
     fan-out"), and events of one key reach a client in version order.
 
-    Before ``interest_register`` read the head with the log locked, it read
-    the log head as the
-    interest's ``since_seq`` without the log lock and outside the
-    transaction that creates the interest. A write that commits in between
-    (seq above ``since_seq``) is read by the primary's fan-out before the
-    interest row exists, so node-1 never queues it; node-2, whose fan-out
-    reads it after the interest committed, queues it (``since_seq`` says
-    the interest wants it). The client gets K v2 live from node-1, node-1
-    dies before the ack, and node-2 replays K v1 after it: a version older
-    than one already delivered, which node-1 never sent. (The mirror image
-    of the ``EndedInterest`` fix, which reads ``until_seq`` with the log
-    locked.)
+    The race: ``interest_register`` reads the log head as the interest's
+    ``since_seq`` with the event log locked, in the transaction that
+    creates the interest. Read without the lock, a write that commits in
+    between (seq above ``since_seq``) is read by the primary's fan-out
+    before the interest row exists, so node-1 never queues it, while
+    node-2, whose fan-out reads it after the interest committed, queues it
+    (``since_seq`` says the interest wants it). The client gets K v2 live
+    from node-1, node-1 dies before the ack, and node-2 replays K v1 after
+    it: a version older than one already delivered, which node-1 never
+    sent. (The mirror image of ``EndedInterest``, whose ``until_seq`` is
+    read with the log locked.)
     """
     set_node("node-1")
     set_node("node-2")
     options = services.parse_hello_options({"durable_id": "d1", "redundancy": 1})
-    client = services.client_hello(
-        user=user, channel_name="ch-1", options=options
-    ).client
+    client = services.client_hello(user=user, socket_id="ch-1", options=options).client
     head = cache_selectors.event_log_head()
     for node in ("node-1", "node-2"):
         FanoutCursor.objects.update_or_create(
@@ -277,7 +273,7 @@ def test_event_committed_while_an_interest_registers_is_queued_on_one_host_only(
         for e in fanout.match_events(events, {client.id}, "node-2").appends[client.id]
     ]
 
-    if raced:  # (a fix that reads the head with the log locked never races)
+    if raced:  # (with the head read under the log lock, no write races in)
         assert on_node_2 == [raced[0], v2]
     assert on_node_1 == on_node_2, (
         f"node-1 queued {on_node_1}, node-2 queues {on_node_2}: K v1 (seq"

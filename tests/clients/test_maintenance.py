@@ -243,7 +243,7 @@ def test_a_client_deleted_while_its_first_report_is_written_fails_nothing(
     def bulk_create_racing_a_delete(objs, **kwargs):
         def delete():
             services.client_close(
-                client_id=client.id, channel_name="leaving", keepalive=False
+                client_id=client.id, socket_id="leaving", keepalive=False
             )
             connections.close_all()
 

@@ -2,7 +2,7 @@
 failover, top-up, repair, copies, reported acks, and hello across nodes.
 
 Other nodes are ``Node`` rows; their workers are stood in for by recording
-the task senders of ``clients.tasks``.
+the task senders of ``clients.dispatch``.
 """
 
 import uuid
@@ -18,11 +18,12 @@ from django.utils import timezone
 
 from cache.models import Event, Node
 from cache.selectors import LoggedEvent
-from clients import replication, services
+from clients import placement, replication, selectors, services
 from clients.exceptions import ClientConnectedError, NodeDrainingError
 from clients.maintenance import report_queue_sizes
 from clients.models import ClientHistory, DurableClient, QueueSizeReport
-from clients.replication import DOWN, DRAINING, UP, Membership
+from clients.placement import DOWN, DRAINING, UP, Membership
+from clients.replication import handover
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState
@@ -86,7 +87,7 @@ def hosts_of(client):
 
 def hello(user, durable_id="d1", channel="ch-1", **extra):
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, channel_name=channel, options=options)
+    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def fill_queue(client_id, seqs, *, durable_id="d1"):
@@ -126,7 +127,7 @@ def probed(monkeypatch):
         state.urls.append(url)
         return state.refuses
 
-    monkeypatch.setattr(services, "refuses_connections", probe)
+    monkeypatch.setattr("clients.services.hello.refuses_connections", probe)
     return state
 
 
@@ -170,10 +171,10 @@ def test_suspects_are_down_and_up_lists_only_up_nodes():
 
 def test_the_node_reading_here_is_up_whatever_its_heartbeat():
     nodes(up=["node-2"], draining=[], down=[HERE])
-    assert replication.Membership.read().state(HERE) == DOWN
-    assert replication.Membership.read_here().state(HERE) == UP
+    assert placement.Membership.read().state(HERE) == DOWN
+    assert placement.Membership.read_here().state(HERE) == UP
     Node.objects.filter(name=HERE).update(is_draining=True)
-    assert replication.Membership.read_here().state(HERE) == DRAINING
+    assert placement.Membership.read_here().state(HERE) == DRAINING
 
 
 def test_read_takes_every_node_row():
@@ -196,7 +197,7 @@ def test_fail_over_with_primary_up_drops_secondaries_not_up():
         "p", ["s-down", "s-up", "s-drain", "s-sync"], syncing=["s-down", "s-sync"]
     )
     m = members(up=["p", "s-up", "s-sync"], draining=["s-drain"], down=["s-down"])
-    assert replication.fail_over(client, m) is True
+    assert placement.fail_over(client, m) is True
     assert client.primary == "p"
     assert client.secondaries == ["s-up", "s-sync"]
     assert client.syncing == ["s-sync"]
@@ -207,7 +208,7 @@ def test_fail_over_promotes_the_first_complete_up_secondary():
         "p", ["s-sync", "s-down", "s-a", "s-b"], syncing=["s-sync"], redundancy=3
     )
     m = members(up=["s-sync", "s-a", "s-b"], down=["p", "s-down"])
-    assert replication.fail_over(client, m) is True
+    assert placement.fail_over(client, m) is True
     assert client.primary == "s-a"
     assert client.secondaries == ["s-sync", "s-b"]
     assert client.syncing == ["s-sync"]
@@ -215,14 +216,14 @@ def test_fail_over_promotes_the_first_complete_up_secondary():
 
 def test_fail_over_promotes_away_from_a_draining_primary():
     client = durable("p", ["s"])
-    assert replication.fail_over(client, members(up=["s"], draining=["p"])) is True
+    assert placement.fail_over(client, members(up=["s"], draining=["p"])) is True
     assert (client.primary, client.secondaries) == ("s", [])
 
 
 def test_fail_over_never_promotes_a_copy_being_filled():
     client = durable("p", ["s-sync", "s-down"], syncing=["s-sync"])
     m = members(up=["s-sync"], down=["p", "s-down"])
-    assert replication.fail_over(client, m) is False
+    assert placement.fail_over(client, m) is False
     assert client.primary == "p"
     assert client.secondaries == ["s-sync", "s-down"]
     assert client.syncing == ["s-sync"]
@@ -230,7 +231,7 @@ def test_fail_over_never_promotes_a_copy_being_filled():
 
 def test_fail_over_without_any_secondary_up_changes_nothing():
     client = durable("p", ["s"])
-    assert replication.fail_over(client, members(down=["p", "s"])) is False
+    assert placement.fail_over(client, members(down=["p", "s"])) is False
     assert (client.primary, client.secondaries, client.syncing) == ("p", ["s"], [])
 
 
@@ -241,7 +242,7 @@ def test_top_up_picks_the_least_loaded_up_nodes_and_lists_them_syncing():
     client = durable("n1", redundancy=2)
     m = members(up=["n1", "n2", "n3", "n4"], down=["n0"])
     load = Counter({"n2": 5, "n3": 1, "n4": 1, "n0": 0})
-    assert replication.top_up(client, m, lambda: load) == ["n3", "n4"]
+    assert placement.top_up(client, m, lambda: load) == ["n3", "n4"]
     assert client.secondaries == ["n3", "n4"]
     assert client.syncing == ["n3", "n4"]
     assert load == Counter({"n2": 5, "n3": 2, "n4": 2, "n0": 0})
@@ -252,14 +253,14 @@ def test_top_up_asks_for_the_load_only_when_it_adds_a_secondary():
         raise AssertionError("the load was asked for")
 
     satisfied = durable("n1", ["n2"], redundancy=1)
-    assert replication.top_up(satisfied, members(up=["n1", "n2", "n3"]), no_load) == []
-    assert replication.top_up(durable("n1"), members(up=["n1", "n2"]), no_load) == []
+    assert placement.top_up(satisfied, members(up=["n1", "n2", "n3"]), no_load) == []
+    assert placement.top_up(durable("n1"), members(up=["n1", "n2"]), no_load) == []
 
 
 def test_top_up_keeps_existing_secondaries_and_adds_only_the_shortfall():
     client = durable("n1", ["n2"], redundancy=2)
     m = members(up=["n1", "n2", "n3", "n4"])
-    assert replication.top_up(client, m, lambda: Counter({"n3": 2})) == ["n4"]
+    assert placement.top_up(client, m, lambda: Counter({"n3": 2})) == ["n4"]
     assert client.secondaries == ["n2", "n4"]
     assert client.syncing == ["n4"]
 
@@ -267,21 +268,21 @@ def test_top_up_keeps_existing_secondaries_and_adds_only_the_shortfall():
 def test_top_up_redundancy_minus_one_means_every_other_up_node():
     client = durable("n1", redundancy=-1)
     m = members(up=["n1", "n2", "n3"], draining=["n4"], down=["n5"])
-    assert replication.top_up(client, m, Counter) == ["n2", "n3"]
+    assert placement.top_up(client, m, Counter) == ["n2", "n3"]
     assert client.secondaries == ["n2", "n3"]
 
 
 def test_top_up_adds_no_more_than_the_free_up_nodes():
     client = durable("n1", redundancy=3)
     m = members(up=["n1", "n2"])
-    assert replication.top_up(client, m, Counter) == ["n2"]
+    assert placement.top_up(client, m, Counter) == ["n2"]
     assert client.secondaries == ["n2"]
 
 
 def test_top_up_trims_extra_secondaries_copies_being_filled_first():
     client = durable("n1", ["n2", "n3", "n4"], syncing=["n3"], redundancy=1)
     m = members(up=["n1", "n2", "n3", "n4"])
-    assert replication.top_up(client, m, Counter) == []
+    assert placement.top_up(client, m, Counter) == []
     # n3 (still filling) goes first, then the last complete one.
     assert client.secondaries == ["n2"]
     assert client.syncing == []
@@ -290,16 +291,14 @@ def test_top_up_trims_extra_secondaries_copies_being_filled_first():
 def test_top_up_at_least_overrides_a_lower_redundancy():
     client = durable("n1", redundancy=0)
     m = members(up=["n1", "n2", "n3"])
-    assert replication.top_up(client, m, lambda: Counter({"n2": 1}), at_least=1) == [
-        "n3"
-    ]
+    assert placement.top_up(client, m, lambda: Counter({"n2": 1}), at_least=1) == ["n3"]
     assert (client.secondaries, client.syncing) == (["n3"], ["n3"])
 
 
 def test_top_up_gives_a_non_durable_client_no_secondary():
     client = durable("n1", redundancy=2)
     client.durable_id = None
-    assert replication.top_up(client, members(up=["n1", "n2"]), Counter) == []
+    assert placement.top_up(client, members(up=["n1", "n2"]), Counter) == []
     assert client.secondaries == []
 
 
@@ -375,7 +374,7 @@ def test_another_nodes_repair_keeps_the_copy_a_draining_primary_hands_to(
     nodes(up=["node-2", "node-3"], draining=[HERE])
     client = stored(user, primary=HERE, redundancy=0)
     with django_capture_on_commit_callbacks(execute=True):
-        replication.fix_placement(client.pk, replication.Membership.read(), Counter())
+        replication.fix_placement(client.pk, placement.Membership.read(), Counter())
     placed = hosts_of(client)
     assert placed[1] == placed[2]
     assert len(placed[1]) == 1
@@ -433,7 +432,7 @@ def test_placement_repair_uses_reported_load(
     with django_capture_on_commit_callbacks(execute=True):
         assert replication.placement_repair() == 1
     assert hosts_of(client) == (HERE, ["node-3"], ["node-3"])
-    assert replication.hosted_load() == Counter({"node-2": 2})
+    assert selectors.hosted_load() == Counter({"node-2": 2})
 
 
 def test_placement_repair_takes_the_node_running_it_for_up(user):
@@ -465,15 +464,15 @@ def test_copy_finished_unlists_only_that_node_from_syncing(user):
 def test_copy_source_is_the_primary_while_it_serves_else_a_complete_secondary():
     client = durable("p", ["s-sync", "s-down", "s-ok", "target"], syncing=["s-sync"])
     up = ["s-sync", "s-ok", "target"]
-    assert replication.copy_source(client, members(up=["p", *up]), "target") == "p"
+    assert placement.copy_source(client, members(up=["p", *up]), "target") == "p"
     m = members(up=up, draining=["p"], down=["s-down"])
-    assert replication.copy_source(client, m, "target") == "p"
+    assert placement.copy_source(client, m, "target") == "p"
     m = members(up=up, down=["p", "s-down"])
-    assert replication.copy_source(client, m, "target") == "s-ok"
+    assert placement.copy_source(client, m, "target") == "s-ok"
     # Never the target itself, nor a copy still being filled.
-    assert replication.copy_source(client, m, "s-ok") == "target"
+    assert placement.copy_source(client, m, "s-ok") == "target"
     lone = durable("p", ["s-sync", "target"], syncing=["s-sync"])
-    assert replication.copy_source(lone, m, "target") is None
+    assert placement.copy_source(lone, m, "target") is None
 
 
 def test_adopt_creates_the_copy_and_asks_the_source_for_the_first_page(
@@ -629,7 +628,7 @@ def test_handover_copies_then_promotes_and_leaves_nothing_here(
     client = stored(user, primary=HERE, redundancy=0)
     gone = stored(user, "gone", primary="node-2", secondaries=[HERE])
     monkeypatch.setattr(
-        replication,
+        handover,
         "time",
         SimpleNamespace(monotonic=lambda: 0.0, sleep=lambda s: None),
     )
@@ -779,7 +778,7 @@ def _connected_on_node_2(user):
         primary="node-2",
         node="node-2",
         is_connected=True,
-        channel_name="old",
+        socket_id="old",
         connected_at=timezone.now(),
     )
 
@@ -793,7 +792,7 @@ def test_connected_client_on_a_peer_that_refuses_connections_is_taken_over(
     assert probed.urls == ["http://node-2.test:8000"]
     assert result.pending_events == -1
     assert hosts_of(client)[0] == HERE
-    assert result.client.channel_name == "ch-1"
+    assert result.client.socket_id == "ch-1"
 
 
 def test_connected_client_on_a_live_peer_is_refused_4409(user, probed):
@@ -818,12 +817,12 @@ def test_peer_probe_can_be_switched_off(user, probed, settings):
 def test_connection_on_a_restarted_node_is_not_live(user):
     m = nodes(up=["node-2"])
     client = _connected_on_node_2(user)
-    assert services._connection_is_live(client, m) is True
+    assert placement.connection_is_live(client, m) is True
     client.connected_at = m.rows["node-2"].started_at - timedelta(seconds=1)
-    assert services._connection_is_live(client, m) is False
+    assert placement.connection_is_live(client, m) is False
     m.suspects.add("node-2")
     client.connected_at = timezone.now()
-    assert services._connection_is_live(client, m) is False
+    assert placement.connection_is_live(client, m) is False
 
 
 def test_clients_of_dead_nodes_are_disconnected_from_their_last_heartbeat(user):

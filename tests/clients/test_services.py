@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 def hello(user, durable_id="d1", channel="ch-1", **extra):
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, channel_name=channel, options=options)
+    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def register(client, region="prices", durable=True, **selector):
@@ -39,13 +39,13 @@ def test_pending_events_is_minus_two_then_count(user, region):
     register(first.client)
     cache_services.entry_put(region="prices", key="a", value=1)
     fanout.fanout_node("node-1")
-    services.client_disconnected(client_id=first.client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=first.client.id, socket_id="ch-1")
     assert hello(user, channel="ch-2").pending_events == 1
 
 
 def test_durable_id_of_another_user_is_refused_even_offline(user, other_user):
     result = hello(user)
-    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=result.client.id, socket_id="ch-1")
     with pytest.raises(ClientOwnedError):
         hello(other_user, channel="ch-2")
 
@@ -61,7 +61,7 @@ def test_expiry_tombstones_the_id_then_minus_one_then_minus_two(
 ):
     result = hello(user, timeout=5)
     register(result.client)
-    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=result.client.id, socket_id="ch-1")
     assert services.clients_expire() == 0
     DurableClient.objects.filter(pk=result.client.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
@@ -73,9 +73,7 @@ def test_expiry_tombstones_the_id_then_minus_one_then_minus_two(
     assert queue_selectors.queue_size(client_id=result.client.id) == -2
     again = hello(user, channel="ch-2")
     assert again.pending_events == -1
-    services.client_close(
-        client_id=again.client.id, channel_name="ch-2", keepalive=False
-    )
+    services.client_close(client_id=again.client.id, socket_id="ch-2", keepalive=False)
     assert hello(user, channel="ch-3").pending_events == -2
 
 
@@ -87,7 +85,7 @@ def test_keepalive_drops_only_non_durable_interests_and_keeps_their_events(
     register(result.client, durable=False, keys=["b"])
     cache_services.entry_put(region="prices", key="b", value=1)
     fanout.fanout_node("node-1")
-    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=result.client.id, socket_id="ch-1")
     assert list(Interest.objects.values_list("selector", flat=True)) == ["a"]
     cache_services.entry_put(region="prices", key="b", value=2)
     cache_services.entry_put(region="prices", key="a", value=3)
@@ -102,7 +100,7 @@ def test_non_durable_client_leaves_nothing_behind(user, region):
     result = hello(user, durable_id=None)
     assert result.pending_events == -2
     register(result.client, durable=False)
-    services.client_disconnected(client_id=result.client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=result.client.id, socket_id="ch-1")
     assert not DurableClient.objects.exists()
     assert not Interest.objects.exists()
 
@@ -177,7 +175,7 @@ def test_many_ends_at_once_keep_close_or_drop_each_client(
     closed = hello(user, "closed", "s2").client
     register(kept, durable=False, keys=["x"])
     plain = services.client_hello(
-        user=user, channel_name="s3", options=services.parse_hello_options({})
+        user=user, socket_id="s3", options=services.parse_hello_options({})
     ).client
     moved = hello(user, "moved", "s4").client
     hello(user, "twice", "s5")
@@ -229,7 +227,7 @@ def test_a_sessions_delivered_marks_are_forgotten_before_its_client_is_released(
         return execute(sql, params, many, context)
 
     with connections["node"].execute_wrapper(watch):
-        services.client_disconnected(client_id=client.id, channel_name="ch-1")
+        services.client_disconnected(client_id=client.id, socket_id="ch-1")
     assert seen == [(True, True)]
     assert QueueState.objects.get(pk=client.pk).delivered_through == 0
 

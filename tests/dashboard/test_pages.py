@@ -17,7 +17,7 @@ from django.utils import timezone
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Entry, Event, Node, Region
-from clients import fanout, replication, samples
+from clients import fanout, placement, replication, samples
 from clients import selectors as client_selectors
 from clients import services as client_services
 from clients.matching import parse_selector
@@ -175,7 +175,7 @@ def op(operator):
 def hello(user, durable_id="d1", channel="ch-1", **extra):
     options = client_services.parse_hello_options({"durable_id": durable_id, **extra})
     return client_services.client_hello(
-        user=user, channel_name=channel, options=options
+        user=user, socket_id=channel, options=options
     ).client
 
 
@@ -190,7 +190,7 @@ def register(client, region="prices", durable=True, **selector):
 
 
 def disconnect(client, channel="ch-1"):
-    client_services.client_disconnected(client_id=client.id, channel_name=channel)
+    client_services.client_disconnected(client_id=client.id, socket_id=channel)
     client.refresh_from_db()
     return client
 
@@ -1102,9 +1102,7 @@ def test_history_of_connect_disconnect_and_close(user, op):
     client = hello(user)
     disconnect(client)
     hello(user, channel="ch-2")
-    client_services.client_close(
-        client_id=client.id, channel_name="ch-2", keepalive=False
-    )
+    client_services.client_close(client_id=client.id, socket_id="ch-2", keepalive=False)
     assert not DurableClient.objects.exists()
     assert not LostQueue.objects.exists()
     assert history_of("d1") == ["connected", "disconnected", "connected", "closed"]
@@ -1115,9 +1113,7 @@ def test_history_of_connect_disconnect_and_close(user, op):
 
 def test_history_of_a_keepalive_close_is_a_disconnect(user, op):
     client = hello(user)
-    client_services.client_close(
-        client_id=client.id, channel_name="ch-1", keepalive=True
-    )
+    client_services.client_close(client_id=client.id, socket_id="ch-1", keepalive=True)
     assert history_of("d1") == ["connected", "disconnected"]
     assert page_kinds(op, "d1") == ["disconnected", "connected"]
 
@@ -1158,7 +1154,7 @@ def test_history_of_a_failover(user, op):
     client = DurableClient.objects.create(
         durable_id="d1", owner=user, primary=HERE, secondaries=["node-2"]
     )
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     assert replication.fix_placement(client.id, members, Counter()) is True
     client.refresh_from_db()
     assert (client.primary, client.secondaries) == ("node-2", [])
@@ -1182,14 +1178,14 @@ def test_no_failover_history_without_a_complete_secondary(user):
         secondaries=["node-2"],
         syncing=["node-2"],
     )
-    members = replication.Membership.read()
+    members = placement.Membership.read()
     assert replication.fix_placement(client.id, members, Counter()) is False
     assert history_of("d1") == []
 
 
 def test_non_durable_clients_leave_no_history(user):
     client = hello(user, None)
-    client_services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    client_services.client_disconnected(client_id=client.id, socket_id="ch-1")
     assert not ClientHistory.objects.exists()
 
 

@@ -81,7 +81,7 @@ def world(user, region):
     )
     options = client_services.parse_hello_options({"durable_id": "orders"})
     client = client_services.client_hello(
-        user=user, channel_name="ch-1", options=options
+        user=user, socket_id="ch-1", options=options
     ).client
     (interest,) = client_services.interest_register(
         client=client,

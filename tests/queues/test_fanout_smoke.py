@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 def _hello(user, durable_id="d1", **extra):
     options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, channel_name="ch-1", options=options)
+    return services.client_hello(user=user, socket_id="ch-1", options=options)
 
 
 def test_put_reaches_interested_durable_queue(user, region):
@@ -117,7 +117,7 @@ def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
         return [flag for _, op, _, flag in _flags(client.id) if op == "update"]
 
     def again(conflate):
-        services.client_disconnected(client_id=client.id, channel_name="ch-1")
+        services.client_disconnected(client_id=client.id, socket_id="ch-1")
         _hello(user, "changes", conflate=conflate)
 
     assert updates() == [True, False]
@@ -141,7 +141,7 @@ def test_mode_server_without_a_conflating_region_conflates_nothing(user, region)
     client = _hello(user, "none-conflate", conflate=True).client
     _key_written_twice_in_each(client, "prices")
     fanout.fanout_node("node-1")
-    services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=client.id, socket_id="ch-1")
     _hello(user, "none-conflate", conflate="server")
     assert _flags(client.id) == [
         ("prices", "create", 1, False),
@@ -155,7 +155,7 @@ def _away_in_mode(user, durable_id, conflate):
     cache_services.region_create(name="c", conflate_events=True)
     client = _hello(user, durable_id, conflate=conflate).client
     _interested(client, "c")
-    services.client_disconnected(client_id=client.id, channel_name="ch-1")
+    services.client_disconnected(client_id=client.id, socket_id="ch-1")
     return client
 
 

@@ -28,7 +28,7 @@ async def test_a_crashed_handler_does_not_leave_the_id_connected(
     assert connected
     await comm.send_json_to({"type": "hello", "durable_id": "fragile"})
     assert (await comm.receive_json_from(timeout=10))["type"] == "welcome"
-    monkeypatch.setattr(services, "interest_register", broken)
+    monkeypatch.setattr("clients.services.interests.interest_register", broken)
     await comm.send_json_to(
         {"type": "register_interest", "region": "prices", "all_keys": True}
     )
@@ -127,7 +127,7 @@ async def test_a_hello_killed_in_flight_does_not_leave_the_id_connected(
 
 def _hello(user, durable_id, socket_id):
     options = services.parse_hello_options({"durable_id": durable_id})
-    services.client_hello(user=user, channel_name=socket_id, options=options)
+    services.client_hello(user=user, socket_id=socket_id, options=options)
 
 
 async def test_the_reconcile_releases_only_clients_of_sockets_this_process_lost(

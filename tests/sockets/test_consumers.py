@@ -705,7 +705,7 @@ async def test_a_socket_whose_client_another_node_released_is_closed_4503(
     await sock.ready()
     client = await db(DurableClient.objects.get)(durable_id="d1")
     await db(services.clients_ended)(
-        ended=[(client.pk, client.channel_name, True)], why="node-1 down"
+        ended=[(client.pk, client.socket_id, True)], why="node-1 down"
     )
     await sock.closed_with(4503)
     await write(cache_services.entry_put, region="prices", key="k", value=1)

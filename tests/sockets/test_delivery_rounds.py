@@ -374,7 +374,7 @@ def test_many_reads_in_one_statement_keep_each_reads_bounds():
 
 def _connected(user, durable_id: str, socket_id: str) -> uuid.UUID:
     options = services.parse_hello_options({"durable_id": durable_id})
-    result = services.client_hello(user=user, channel_name=socket_id, options=options)
+    result = services.client_hello(user=user, socket_id=socket_id, options=options)
     return result.client.id
 
 
@@ -397,7 +397,7 @@ async def test_releases_that_arrive_together_share_one_round(user, monkeypatch):
     def states():
         return sorted(
             DurableClient.objects.filter(durable_id__startswith="c").values_list(
-                "durable_id", "is_connected", "channel_name"
+                "durable_id", "is_connected", "socket_id"
             )
         )
 

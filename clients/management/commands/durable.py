@@ -57,7 +57,7 @@ class Command(BaseCommand):
             )
 
     def do_show(self, opts: dict[str, Any]) -> None:
-        client = services.client_get_for(
+        client = selectors.client_visible_to(
             user=_operator(), durable_id=opts["durable_id"]
         )
         row = _row(client)
@@ -81,7 +81,7 @@ class Command(BaseCommand):
         )
 
     def do_close_cq(self, opts: dict[str, Any]) -> None:
-        services.client_get_for(user=_operator(), durable_id=opts["durable_id"])
+        selectors.client_visible_to(user=_operator(), durable_id=opts["durable_id"])
         raise CommandError(
             f"no continuous query {opts['name']!r} (CQs are not supported yet)"
         )

@@ -17,7 +17,7 @@ from cache import services as cache_services
 from cache.validation import validate_name
 from clients import replication
 from clients import services as client_services
-from clients.tasks import tick_on
+from clients.dispatch import tick_on
 from durablecache.supervision import liveness, processes
 from queues import notify
 from queues import services as queue_services

@@ -2,9 +2,7 @@
 
 One node (``node-1``), the test settings' SQLite stores and in-memory
 channel layer; sockets through channels' WebsocketCommunicator, as
-tests/sockets/test_consumers.py drives them. Found by a review of the
-delivery rules on one node: before ``Membership.read_here``, the test
-below failed (the socket was closed 4410, its client row gone).
+tests/sockets/test_consumers.py drives them.
 """
 
 from datetime import timedelta
@@ -34,20 +32,19 @@ async def test_a_node_whose_own_heartbeat_lagged_keeps_its_connected_clients(
     """DESIGN §3/§6: a durable client is expired only when it "stays away
     longer than timeout"; a connected client's queue and interests stay.
 
-    Before ``Membership.read_here``: node-1's tick judged every node by
-    heartbeat age, itself included. If runnode's supervise loop lags the
-    node timeout once (its heartbeat UPDATE waiting on a busy cluster
+    node-1's tick judges the other nodes by heartbeat age and takes itself
+    for up (``Membership.read_here``). runnode's supervise loop may lag
+    the node timeout once (its heartbeat UPDATE waiting on a busy cluster
     database, a slow broker send in tick_on, a VM pause) while the worker
-    runs a tick that may judge, ``clients_of_dead_nodes_disconnect`` takes
-    node-1 for dead and releases its own live sockets' clients: rows marked
-    disconnected with ``expires_at`` = last heartbeat + timeout, delivered
-    marks reset under a live session. Nothing re-attaches them once the
-    heartbeat is back (the hub's sweep looks only at primary and queue
-    head), so the client is expired while still connected: queue and durable
-    interests are dropped, the socket is closed 4410, and events written
-    meanwhile are never delivered (a short timeout shows it in one tick;
-    with the default 300 s it happens 300 s later, the socket open all
-    along).
+    runs a tick that may judge. Were node-1 judged by its own heartbeat,
+    ``clients_of_dead_nodes_disconnect`` would release its own live
+    sockets' clients: rows marked disconnected with ``expires_at`` = last
+    heartbeat + timeout, delivered marks reset under a live session.
+    Nothing re-attaches them once the heartbeat is back (the hub's sweep
+    looks only at primary and queue head), so the client would expire
+    while still connected: queue and durable interests dropped, the socket
+    closed 4410, and events written meanwhile never delivered (a short
+    timeout shows it in one tick).
     """
     settings.DURABLECACHE_NODE_TIMEOUT_S = 5
     await db(cache_services.node_register)(name="node-1", url="http://127.0.0.1:1")

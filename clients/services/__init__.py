@@ -1,0 +1,58 @@
+"""Every write to clients and interests, by topic: ``hello``, the ends of
+sockets (``sessions``), ``interests``, ``expiry`` and ``ownership``.
+
+The doors call them as ``services.<name>``: the public services are
+re-exported here. Queue rows live in the node store and are reached only
+through ``queues.services``; a queue on another node is dropped by task
+(``clients.dispatch``).
+"""
+
+from clients.services.expiry import clients_expire
+from clients.services.hello import (
+    NO_QUEUE,
+    QUEUE_LOST,
+    HelloResult,
+    client_hello,
+    parse_hello_options,
+)
+from clients.services.interests import (
+    interest_delete,
+    interest_register,
+    interest_register_by_client_id,
+    interest_unregister,
+    interest_unregister_by_client_id,
+)
+from clients.services.ownership import (
+    CLOSE_BY_OPERATOR,
+    client_delete,
+    client_ensure_offline,
+)
+from clients.services.sessions import (
+    client_close,
+    client_disconnected,
+    clients_ended,
+    clients_node_restarted,
+    clients_of_dead_nodes_disconnect,
+)
+
+__all__ = [
+    "CLOSE_BY_OPERATOR",
+    "NO_QUEUE",
+    "QUEUE_LOST",
+    "HelloResult",
+    "client_close",
+    "client_delete",
+    "client_disconnected",
+    "client_ensure_offline",
+    "client_hello",
+    "clients_ended",
+    "clients_expire",
+    "clients_node_restarted",
+    "clients_of_dead_nodes_disconnect",
+    "interest_delete",
+    "interest_register",
+    "interest_register_by_client_id",
+    "interest_unregister",
+    "interest_unregister_by_client_id",
+    "parse_hello_options",
+]
