@@ -1,0 +1,198 @@
+"""Acknowledgements and delivery marks: what a client holds is dropped
+from its queue, and what it is about to be sent is marked delivered.
+
+Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
+"""
+
+import functools
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from django.db import connections, transaction
+
+from common import sql
+from queues.models import QueueEntry, QueueState
+from queues.routers import NODE_STORE
+from queues.services.store import (
+    STATE_PK,
+    as_uuid,
+    commit_unflushed,
+    for_update,
+    state_pk,
+    table,
+)
+
+_MARK_FIELDS = [
+    QueueState._meta.get_field(f)
+    for f in ("acked_through", "delivered_through", "size")
+]
+
+
+def queue_ack(*, client_id: uuid.UUID, up_to: int) -> int:
+    """Drop every entry with seq <= up_to; return how many went."""
+    return queue_ack_and_mark_many(acks=[(client_id, up_to)])[0]
+
+
+def queue_ack_and_mark_many(
+    *,
+    acks: list[tuple[uuid.UUID, int]],
+    marking: Collection[uuid.UUID] = (),
+    read: Callable[[], Mapping[uuid.UUID, int]] | None = None,
+) -> list[int]:
+    """Apply many sockets' acks and record what ``read`` reads delivered,
+    in one transaction (one write lock of the node store instead of one per
+    ack: the fan-out's appends wait for each); return the rows each ack
+    dropped.
+
+    ``read``, when given, reads the rows the sockets of the clients
+    ``marking`` are about to be sent, inside the transaction and after
+    their heads are locked, and returns each client's last seq read: those
+    are marked delivered in the same commit. Conflation removes only
+    updates after a queue's mark, and the fan-out locks the same heads (on
+    SQLite, the same write lock), so no pass can remove a row between its
+    read and its mark -- marking only after the send, a round later, let
+    the next update's pass remove an update the socket had been sent and
+    not acked. (Reads of rows that cannot conflate need no mark, and no
+    lock: ``sockets.delivery_rounds`` makes them outside any transaction.)
+
+    1. Lock every head row the round changes, in client id order, in one
+       statement: the fan-out locks the heads of its batch in that order
+       too (``_lock_heads``). Locking the acked rows first and the marked
+       ones after took them out of order, and PostgreSQL found deadlocks
+       with the fan-out under the live fan-out benchmark.
+    2. Delete each ack's entries, counted per ack (the counts keep the
+       heads' sizes exact): one statement on PostgreSQL, one per ack
+       elsewhere.
+    3. ``read``, and mark what it read.
+    4. Write every changed head at once (``sql.update_rows``: one
+       statement on PostgreSQL, where each mark was a statement of its
+       own).
+    In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
+    query on the benchmark machine (docs/performance.md).
+    """
+    if not acks and read is None:
+        return []
+    connection = connections[NODE_STORE]
+    with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
+        commit_unflushed(connection)
+        heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marking))
+        changed: set[uuid.UUID] = set()
+        ranges = _ack_ranges(acks, heads)
+        dropped = _delete_acked(cursor, connection, ranges, len(acks))
+        for i, client_id, _, up_to in ranges:
+            head = heads[client_id]
+            head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
+            changed.add(client_id)
+        marks = read() if read is not None else {}
+        for client_id, through in marks.items():
+            mark = heads.get(client_id)
+            if mark is not None and through > mark[1]:
+                mark[1] = through
+                changed.add(client_id)
+        sql.update_rows(
+            connection,
+            QueueState,
+            _MARK_FIELDS,
+            [STATE_PK],
+            [[*heads[pk], state_pk(pk, connection)] for pk in sorted(changed)],
+        )
+    return dropped
+
+
+def _ack_ranges(
+    acks: list[tuple[uuid.UUID, int]], heads: dict[uuid.UUID, list[int]]
+) -> list[tuple[int, uuid.UUID, int, int]]:
+    """Each ack that drops something, as ``(index, client_id, after,
+    up_to)``: its entries are those with ``after < seq <= up_to``, after the
+    client's earlier acks in the round (a client's first from the queue's
+    start: ``after`` -1, as one DELETE per ack had it). An ack at or below
+    the head's acked-through or an earlier ack drops nothing, as does one
+    of a queue not hosted here."""
+    acked = {pk: head[0] for pk, head in heads.items()}
+    after: dict[uuid.UUID, int] = {}
+    ranges = []
+    for i, (client_id, up_to) in enumerate(acks):
+        if client_id in acked and up_to > acked[client_id]:
+            ranges.append((i, client_id, after.get(client_id, -1), up_to))
+            acked[client_id] = after[client_id] = up_to
+    return ranges
+
+
+def _delete_acked(
+    cursor: Any,
+    connection: Any,
+    ranges: list[tuple[int, uuid.UUID, int, int]],
+    count: int,
+) -> list[int]:
+    """Delete the entries of each range (``_ack_ranges``); return the rows
+    dropped by each of the round's ``count`` acks.
+
+    On PostgreSQL one statement for the round (a DELETE per ack was ~4000
+    statements per 20 s live fan-out, each a round trip from Daphne's
+    database thread while the heads stayed locked); elsewhere one per ack,
+    in order, each from the head (the earlier ranges are gone already).
+    """
+    dropped = [0] * count
+    if not ranges:
+        return dropped
+    delete_one, delete_many = _ack_sql(connection.vendor)[1:]
+    if connection.vendor == "postgresql":
+        columns = zip(*ranges, strict=True)
+        indexes, client_ids, afters, up_tos = (list(c) for c in columns)
+        cursor.execute(
+            delete_many,
+            [indexes, [state_pk(pk, connection) for pk in client_ids], afters, up_tos],
+        )
+        for i, rows in cursor.fetchall():
+            dropped[i] = rows
+        return dropped
+    for i, client_id, _, up_to in ranges:
+        cursor.execute(delete_one, [state_pk(client_id, connection), up_to])
+        dropped[i] = max(0, cursor.rowcount)
+    return dropped
+
+
+@functools.cache
+def _ack_sql(vendor: str) -> tuple[str, str, str]:
+    """Lock heads (add the id list), delete one ack's entries, delete the
+    ranges of many acks and count them per ack (PostgreSQL)."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    state_table, entry_table = table(QueueState), table(QueueEntry)
+    seq, queue = quote("seq"), quote("queue_id")
+    return (
+        "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
+        f" FROM {state_table} WHERE client_id IN ",
+        f"DELETE FROM {entry_table} WHERE {queue} = %s"  # noqa: S608
+        f" AND {seq} <= %s",
+        f"WITH gone AS (DELETE FROM {entry_table} e"  # noqa: S608
+        " USING unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[])"
+        " AS a(i, queue_id, after, up_to)"
+        f" WHERE e.{queue} = a.queue_id AND e.{seq} > a.after"
+        f" AND e.{seq} <= a.up_to RETURNING a.i) SELECT i, count(*) FROM gone"
+        " GROUP BY i",
+    )
+
+
+def _lock_marks(
+    cursor: Any, connection: Any, client_ids: set[uuid.UUID]
+) -> dict[uuid.UUID, list[int]]:
+    """Lock the head rows of ``client_ids`` in id order; return each one's
+    ``[acked_through, delivered_through, size]``."""
+    select = _ack_sql(connection.vendor)[0]
+    lock = for_update(connection)
+    heads: dict[uuid.UUID, list[int]] = {}
+    for chunk in sql.chunks(sorted(client_ids), 500):
+        cursor.execute(
+            f"{select}({', '.join(['%s'] * len(chunk))}) ORDER BY client_id{lock}",
+            [state_pk(pk, connection) for pk in chunk],
+        )
+        for pk, *head in cursor.fetchall():
+            heads[as_uuid(pk)] = head
+    return heads
+
+
+def queue_ack_many(acks: dict[uuid.UUID, int]) -> int:
+    """Apply acknowledgements relayed from a primary; return rows dropped."""
+    return sum(queue_ack_and_mark_many(acks=list(acks.items())))

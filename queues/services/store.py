@@ -1,0 +1,56 @@
+"""Statement helpers every node-store service shares: table names, the
+queue head's primary key as the driver takes it, row locks, and commits
+that need not wait for their flush."""
+
+import uuid
+from typing import Any
+
+from django.db import connections
+
+from common import sql
+from queues.models import QueueState
+from queues.routers import NODE_STORE
+
+STATE_PK = QueueState._meta.get_field("client_id")
+
+
+def table(model: Any) -> str:
+    return sql.table(model, connections[NODE_STORE])
+
+
+def state_pk(client_id: uuid.UUID, connection: Any) -> Any:
+    pk = QueueState._meta.pk
+    assert pk is not None  # noqa: S101
+    return pk.get_db_prep_value(client_id, connection)
+
+
+def for_update(connection: Any) -> str:
+    """The clause that locks the rows a SELECT reads, where the database
+    has one (SQLite locks the whole database for a write instead)."""
+    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    """A UUID column as read: SQLite gives its 32 hex digits."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+def commit_unflushed(connection: Any) -> None:
+    """Let this node-store transaction's commit return before PostgreSQL has
+    flushed it to its WAL (``SET LOCAL synchronous_commit TO OFF``).
+
+    Only for what the node can lose without losing an event, and only a
+    crash of the PostgreSQL server loses it (a node's processes dying after
+    the commit returned lose nothing): the last ~0.6 s of such commits,
+    never a part of one. The fan-out's appends and the cursor that moves
+    with them (the appends are made again from the event log, which keeps
+    events at least ``EVENT_RETENTION``), the delivery rounds' acks and
+    marks (an ack lost sends its events again, which clients drop by id).
+    Every commit waiting for its flush had made a round cost the disk's
+    flush time, and the delivery rounds and fan-outs of a node queue on
+    them (docs/performance.md, "On PostgreSQL"). SQLite's WAL with
+    ``synchronous=NORMAL`` does not flush per commit either.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
