@@ -7,6 +7,8 @@ topic: ``queues`` (a queue as a whole), ``append`` (the fan-out's appends
 and conflation), ``acks`` (acks and delivery marks), ``copies`` (copies
 filled from another host), ``cursor`` (the fan-out cursor), ``store``
 (shared statement helpers).
+
+Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
 """
 
 from queues.services.acks import (

@@ -40,36 +40,28 @@ def queue_ack_and_mark_many(
     marking: Collection[uuid.UUID] = (),
     read: Callable[[], Mapping[uuid.UUID, int]] | None = None,
 ) -> list[int]:
-    """Apply many sockets' acks and record what ``read`` reads delivered,
-    in one transaction (one write lock of the node store instead of one per
-    ack: the fan-out's appends wait for each); return the rows each ack
-    dropped.
+    """Apply many sockets' acks and mark what ``read`` reads delivered, in
+    one transaction; return the rows each ack dropped.
 
-    ``read``, when given, reads the rows the sockets of the clients
-    ``marking`` are about to be sent, inside the transaction and after
-    their heads are locked, and returns each client's last seq read: those
-    are marked delivered in the same commit. Conflation removes only
-    updates after a queue's mark, and the fan-out locks the same heads (on
-    SQLite, the same write lock), so no pass can remove a row between its
-    read and its mark -- marking only after the send, a round later, let
-    the next update's pass remove an update the socket had been sent and
-    not acked. (Reads of rows that cannot conflate need no mark, and no
-    lock: ``sockets.delivery_rounds`` makes them outside any transaction.)
+    One transaction for the round: one write lock of the node store, which
+    the fan-out's appends wait for, instead of one per ack. ``read``, when
+    given, reads the rows the sockets of the clients ``marking`` are about
+    to be sent, after their heads are locked, and returns each client's
+    last seq read, marked delivered in the same commit. Conflation removes
+    only updates after a queue's mark, and the fan-out locks the same heads
+    (on SQLite, the same write lock), so no pass can remove a row between
+    its read and its mark, as one could if the mark followed the send.
+    (Reads of rows that cannot conflate need no mark and no lock:
+    ``sockets.delivery_rounds`` makes them outside any transaction.)
 
-    1. Lock every head row the round changes, in client id order, in one
-       statement: the fan-out locks the heads of its batch in that order
-       too (``_lock_heads``). Locking the acked rows first and the marked
-       ones after took them out of order, and PostgreSQL found deadlocks
-       with the fan-out under the live fan-out benchmark.
-    2. Delete each ack's entries, counted per ack (the counts keep the
-       heads' sizes exact): one statement on PostgreSQL, one per ack
-       elsewhere.
+    1. Lock every head the round changes in one statement, in client id
+       order: the order the fan-out locks its batch in (``append``), so
+       the two cannot deadlock.
+    2. Delete each ack's entries, counted per ack to keep the heads' sizes
+       exact (``_delete_acked``).
     3. ``read``, and mark what it read.
-    4. Write every changed head at once (``sql.update_rows``: one
-       statement on PostgreSQL, where each mark was a statement of its
-       own).
-    In SQL, not querysets: the ORM's query building cost ~0.7 ms of CPU per
-    query on the benchmark machine (docs/performance.md).
+    4. Write every changed head at once (``sql.update_rows``).
+    Statements in SQL: docs/decisions/0010-hot-statements-in-sql.md.
     """
     if not acks and read is None:
         return []
@@ -77,19 +69,10 @@ def queue_ack_and_mark_many(
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         commit_unflushed(connection)
         heads = _lock_marks(cursor, connection, {pk for pk, _ in acks} | set(marking))
-        changed: set[uuid.UUID] = set()
         ranges = _ack_ranges(acks, heads)
         dropped = _delete_acked(cursor, connection, ranges, len(acks))
-        for i, client_id, _, up_to in ranges:
-            head = heads[client_id]
-            head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
-            changed.add(client_id)
-        marks = read() if read is not None else {}
-        for client_id, through in marks.items():
-            mark = heads.get(client_id)
-            if mark is not None and through > mark[1]:
-                mark[1] = through
-                changed.add(client_id)
+        changed = _apply_acks(heads, ranges, dropped)
+        changed |= _apply_marks(heads, read() if read is not None else {})
         sql.update_rows(
             connection,
             QueueState,
@@ -100,13 +83,43 @@ def queue_ack_and_mark_many(
     return dropped
 
 
+def _apply_acks(
+    heads: dict[uuid.UUID, list[int]],
+    ranges: list[tuple[int, uuid.UUID, int, int]],
+    dropped: list[int],
+) -> set[uuid.UUID]:
+    """Move each acked head (``[acked_through, delivered_through, size]``)
+    past its ack and shrink it by the rows dropped; return the heads moved.
+    """
+    changed: set[uuid.UUID] = set()
+    for i, client_id, _, up_to in ranges:
+        head = heads[client_id]
+        head[:] = [up_to, max(head[1], up_to), max(0, head[2] - dropped[i])]
+        changed.add(client_id)
+    return changed
+
+
+def _apply_marks(
+    heads: dict[uuid.UUID, list[int]], marks: Mapping[uuid.UUID, int]
+) -> set[uuid.UUID]:
+    """Move each locked head's ``delivered_through`` up to its mark (never
+    down); return the heads moved."""
+    changed: set[uuid.UUID] = set()
+    for client_id, through in marks.items():
+        head = heads.get(client_id)
+        if head is not None and through > head[1]:
+            head[1] = through
+            changed.add(client_id)
+    return changed
+
+
 def _ack_ranges(
     acks: list[tuple[uuid.UUID, int]], heads: dict[uuid.UUID, list[int]]
 ) -> list[tuple[int, uuid.UUID, int, int]]:
     """Each ack that drops something, as ``(index, client_id, after,
     up_to)``: its entries are those with ``after < seq <= up_to``, after the
     client's earlier acks in the round (a client's first from the queue's
-    start: ``after`` -1, as one DELETE per ack had it). An ack at or below
+    start: ``after`` -1). An ack at or below
     the head's acked-through or an earlier ack drops nothing, as does one
     of a queue not hosted here."""
     acked = {pk: head[0] for pk, head in heads.items()}
@@ -128,10 +141,10 @@ def _delete_acked(
     """Delete the entries of each range (``_ack_ranges``); return the rows
     dropped by each of the round's ``count`` acks.
 
-    On PostgreSQL one statement for the round (a DELETE per ack was ~4000
-    statements per 20 s live fan-out, each a round trip from Daphne's
-    database thread while the heads stayed locked); elsewhere one per ack,
-    in order, each from the head (the earlier ranges are gone already).
+    On PostgreSQL one statement for the round: a DELETE per ack would be
+    a round trip each while the heads stay locked. On SQLite, where a
+    statement is no round trip, one per ack, in order, each from the head
+    (the earlier ranges are gone already).
     """
     dropped = [0] * count
     if not ranges:

@@ -91,9 +91,10 @@ def _align_modes(
             state.conflate = mode
 
 
-# The fan-out's two hot statements, as executemany: Django's bulk_create and
-# bulk_update spent more time compiling (per-value expressions, a CASE per
-# row) than the database spent running them (py-spy, 100 live sockets).
+# The fan-out's two hot statements are SQL (sql.insert_rows and
+# sql.update_rows), not bulk_create and bulk_update, whose per-value
+# expressions and CASE per row cost more to compile than to run
+# (docs/decisions/0010-hot-statements-in-sql.md).
 _ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
 # Rows are [queue, *LoggedEvent up to its version, ts, conflates].
 _ROW_COLUMNS = [
@@ -109,11 +110,11 @@ assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 class _PreparedEvents:
     """Each logged event's column values in database form, computed once
-    per batch: one event fans out to many queues, and building a QueueEntry
-    per queue (model init, signals, per-field adaptation) was most of the
-    worker's CPU with 100 live sockets (py-spy). The value is the log's JSON
-    text as it is; only the timestamp is adapted, once per distinct one (a
-    putall's events share theirs)."""
+    per batch: one event fans out to many queues, and a QueueEntry per
+    queue (model init, signals, per-field adaptation) costs more than its
+    row's insert. The value is the log's JSON text as it is; only the
+    timestamp is adapted, once per distinct one (a putall's events share
+    theirs)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
@@ -222,6 +223,8 @@ def _append(
 
 
 def _conflates(state: Any, event: Any) -> bool:
+    """Whether ``event`` may conflate in this queue: only an update, and
+    by the queue's mode (in mode "server", by its region's)."""
     if event.op != "update":
         return False
     if state.conflate == "true":
@@ -239,9 +242,9 @@ def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
     """Conflation: delete the queued, undelivered update of the event's key.
     The condition on ``conflates`` is the partial index's, as its migration
     writes it: the index serves only a statement that states it. SQLite is
-    told to use it: without statistics its planner took the (queue, seq)
-    index instead, every undelivered row of the queue for each update (7.4
-    ms per update in a queue of 100,000 against 2 µs; docs/performance.md)."""
+    told to use it: without statistics its planner prefers the (queue,
+    seq) index, which walks every undelivered row of the queue for each
+    update."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     indexed = f" INDEXED BY {_CONFLATES_INDEX}" if connection.vendor == "sqlite" else ""

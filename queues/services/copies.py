@@ -74,22 +74,10 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
             for e in page["entries"]
             if state.acked_through < e["seq"] <= state.copy_upto
         ]
-        if wanted:
-            present = set(
-                QueueEntry.objects.filter(
-                    queue=state,
-                    seq__gte=wanted[0]["seq"],
-                    seq__lte=wanted[-1]["seq"],
-                ).values_list("seq", flat=True)
-            )
-            rows = [
-                _entry_from_copy(state, e) for e in wanted if e["seq"] not in present
-            ]
-            QueueEntry.objects.bulk_create(rows)
-            state.size += len(rows)
+        state.size += _store_missing(state, wanted)
         # The copy keeps its own mode (its client's, from adoption, a hello
         # or the fan-out): a page built before a change of mode says the
-        # old one. The page's rows were classified in the page's mode.
+        # old one, and its rows come classified in that one.
         if wanted and page["conflate"] != state.conflate:
             classify_updates(client_id, state.conflate)
         if wanted and state.conflate != "false":
@@ -102,7 +90,24 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
     return state.is_synced
 
 
+def _store_missing(state: QueueState, wanted: list[dict[str, Any]]) -> int:
+    """Insert the page entries ``wanted`` (in seq order) that the copy does
+    not hold yet; return how many."""
+    if not wanted:
+        return 0
+    present = set(
+        QueueEntry.objects.filter(
+            queue=state, seq__gte=wanted[0]["seq"], seq__lte=wanted[-1]["seq"]
+        ).values_list("seq", flat=True)
+    )
+    rows = [_entry_from_copy(state, e) for e in wanted if e["seq"] not in present]
+    QueueEntry.objects.bulk_create(rows)
+    return len(rows)
+
+
 def _ack_locked(state: QueueState, up_to: int) -> int:
+    """Apply an ack to the copy's locked head; return the rows dropped.
+    (Querysets: a copy's pages are not a hot path.)"""
     if up_to <= state.acked_through:
         return 0
     deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
@@ -118,14 +123,15 @@ def _conflate_copied(state: QueueState) -> int:
     return how many went.
 
     The copy's fan-out appends the events after ``copy_upto`` while the
-    source's pages, built earlier, bring the rows up to it: an update of a
-    key the source conflated away when a later one came (the same later
-    one this fan-out appended, with nothing of the key to conflate yet)
-    arrived below it, and a client served by the source, given only the
-    later one, would be replayed the older after a failover. As the
-    fan-out would have conflated it (``_drop_undelivered_update``): an
-    update that may conflate, not delivered by this copy's marks, with a
-    later update of its key that may conflate too."""
+    source's pages, built earlier, bring the rows up to it. So an update
+    that the source conflated away when a later one came can arrive below
+    ``copy_upto``, next to that later one, which this fan-out appended
+    with nothing of the key to conflate yet; a client served by the
+    source, given only the later one, would be replayed the older after a
+    failover. It goes as the fan-out would conflate it
+    (``append._drop_undelivered_update``): an update that may conflate,
+    not delivered by this copy's marks, with a later update of its key
+    that may conflate too."""
     later = QueueEntry.objects.filter(
         queue=state,
         conflates=True,
@@ -157,10 +163,11 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         value=data["value"],
         version=data["version"],
         ts=ts,
-        # A page from a node older than the column: an update may conflate
-        # unless the queue never does (in mode "server" its region decides,
-        # which the page does not say; a mark too many is harmless). A page
-        # of another mode is reclassified in the copy's (``queue_copy_in``).
+        # A page without the field (from a node that does not send it): an
+        # update may conflate unless the queue never does (in mode "server"
+        # its region decides, which the page does not say; a mark too many
+        # is harmless). A page of another mode is reclassified in the
+        # copy's (``queue_copy_in``).
         conflates=data.get(
             "conflates", data["op"] == "update" and state.conflate != "false"
         ),

@@ -19,9 +19,10 @@ def cursor_lock(node: str) -> FanoutCursor:
     return cursor
 
 
-# The fan-out's cursor statements run once per fan-out, i.e. about once per
-# write under a light load: as querysets (get_or_create, save) they were a
-# fifth of a fan-out of one event to 10 queues (cProfile).
+# The cursor's read and move run once per fan-out, about once per write
+# under a light load: SQL, not querysets
+# (docs/decisions/0010-hot-statements-in-sql.md). cursor_lock and
+# cursor_init, which may create the row, are querysets.
 
 
 def cursor_read_locked(node: str) -> int:
@@ -84,15 +85,14 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
 
     A new store gets its cursor at ``head``: it hosts no queue yet, so
     events before ``head`` concern no one here. So does a store that hosts
-    no queue (a node that handed its queues over when it stopped): it was
-    reading every event it missed, up to the log's retention, before its
-    first useful fan-out. A store whose cursor fell
-    behind the oldest event still in the log (``oldest``; or behind
-    ``head`` when the log is empty) missed events that were pruned
-    meanwhile, which the cluster allows only for a node
-    that was down and hosted nothing: its queues are stale copies, so they
-    are dropped and the cursor jumps to ``head`` (a copy placed here later
-    starts from there).
+    no queue (a node that handed its queues over when it stopped), which
+    would otherwise read every event it missed, up to the log's retention,
+    before its first useful fan-out. A store whose cursor is behind the
+    oldest event still in the log (``oldest``; or behind ``head`` when the
+    log is empty) missed events pruned meanwhile, which the cluster allows
+    only for a node that was down and hosted nothing: its queues are stale
+    copies, so they are dropped and the cursor jumps to ``head`` (a copy
+    placed here later starts from there).
     """
     with transaction.atomic(using=NODE_STORE):
         cursor, created = FanoutCursor.objects.select_for_update().get_or_create(

@@ -40,11 +40,12 @@ def classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     ``conflate_events`` never changes.
 
     Only while no socket of the client's is live (a ``hello`` is refused
-    while one is, and its end forgot what it was sent): a row sent and not
-    marked, because it could not conflate then, would be removable now."""
+    while one is, and a session's end forgets what it was sent): a row
+    sent and not marked, because it could not conflate then, would be
+    removable after it."""
     names = region_names_conflating() if conflate == "server" else []
     conflates: Any = Value(conflate == "true")
-    if names:  # (an IN of no names made Django skip the whole UPDATE)
+    if names:  # (Django skips the whole UPDATE on an IN of no names)
         conflates = ExpressionWrapper(Q(region__in=names), output_field=BooleanField())
     QueueEntry.objects.filter(queue_id=client_id, op="update").update(
         conflates=conflates
@@ -77,12 +78,12 @@ def _drop_locked(client_id: uuid.UUID, created_at: Any = None) -> bool:
 
     The head row is locked first, as the fan-out locks it to append: an
     append in flight commits before the entries are deleted (they go too),
-    one that comes later finds no queue. Deleting the entries unlocked
-    left an append committed in between referencing a deleted head, and
-    the drop failed at commit (foreign key). In SQL: the ORM's delete
-    collects related rows first, and a queue drop per ``close`` was a
-    sixth of the database thread's time in a storm of 1000 closes
-    (docs/performance.md).
+    one that comes later finds no queue. Without the lock an append
+    committed in between would reference a deleted head, and the drop
+    would fail at commit (foreign key). In SQL rather than the ORM's
+    delete, which collects the related rows first: every ``close`` drops
+    a queue, and closes come in storms
+    (docs/decisions/0010-hot-statements-in-sql.md).
     """
     connection = connections[NODE_STORE]
     pk = state_pk(client_id, connection)

@@ -41,14 +41,14 @@ def commit_unflushed(connection: Any) -> None:
 
     Only for what the node can lose without losing an event, and only a
     crash of the PostgreSQL server loses it (a node's processes dying after
-    the commit returned lose nothing): the last ~0.6 s of such commits,
-    never a part of one. The fan-out's appends and the cursor that moves
-    with them (the appends are made again from the event log, which keeps
-    events at least ``EVENT_RETENTION``), the delivery rounds' acks and
-    marks (an ack lost sends its events again, which clients drop by id).
-    Every commit waiting for its flush had made a round cost the disk's
-    flush time, and the delivery rounds and fan-outs of a node queue on
-    them (docs/performance.md, "On PostgreSQL"). SQLite's WAL with
+    the commit returned lose nothing): the last few ``wal_writer_delay``s
+    of such commits, never a part of one. That is the fan-out's appends
+    and the cursor that moves with them (the appends are made again from
+    the event log, which keeps events at least ``EVENT_RETENTION``), and
+    the delivery rounds' acks and marks (an ack lost sends its events
+    again, which clients drop by id). A commit that waits for its flush
+    costs its round the disk's flush time, and a node's delivery rounds
+    and fan-outs queue behind one another. SQLite's WAL with
     ``synchronous=NORMAL`` does not flush per commit either.
     """
     if connection.vendor == "postgresql":
