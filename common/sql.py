@@ -43,6 +43,12 @@ def table(model: Any, connection: Any) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
+def for_update(connection: Any) -> str:
+    """The clause that locks the rows a SELECT reads, where the database
+    has one (SQLite locks the whole database for a write instead)."""
+    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
 def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:
     """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``."""
     quote = connection.ops.quote_name

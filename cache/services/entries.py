@@ -22,7 +22,7 @@ def _table(model: Any) -> str:
 
 def _locked_entry(region: Region, key: str) -> Entry | None:
     """The entry row of ``key``, locked (inside the write transaction)."""
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock = sql.for_update(connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, version, is_destroyed FROM {_table(Entry)}"  # noqa: S608

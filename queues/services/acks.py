@@ -18,7 +18,6 @@ from queues.services.store import (
     STATE_PK,
     as_uuid,
     commit_unflushed,
-    for_update,
     state_pk,
     table,
 )
@@ -194,7 +193,7 @@ def _lock_marks(
     """Lock the head rows of ``client_ids`` in id order; return each one's
     ``[acked_through, delivered_through, size]``."""
     select = _ack_sql(connection.vendor)[0]
-    lock = for_update(connection)
+    lock = sql.for_update(connection)
     heads: dict[uuid.UUID, list[int]] = {}
     for chunk in sql.chunks(sorted(client_ids), 500):
         cursor.execute(

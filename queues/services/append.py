@@ -16,7 +16,7 @@ from common import sql
 from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.queues import classify_updates
-from queues.services.store import STATE_PK, as_uuid, for_update, state_pk, table
+from queues.services.store import STATE_PK, as_uuid, state_pk, table
 
 
 def queue_append_many(
@@ -157,7 +157,7 @@ def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
     connection = connections[NODE_STORE]
     client_ids = sorted(client_ids)  # the same order in every chunk and SQL
     found: list[_Head] = []
-    lock = for_update(connection)
+    lock = sql.for_update(connection)
     with connection.cursor() as cursor:
         for chunk in sql.chunks(client_ids, 500):
             marks = ", ".join(["%s"] * len(chunk))

@@ -10,7 +10,6 @@ from django.utils import timezone
 from common import sql
 from queues.models import FanoutCursor, QueueEntry, QueueState
 from queues.routers import NODE_STORE
-from queues.services.store import for_update
 
 
 def cursor_lock(node: str) -> FanoutCursor:
@@ -30,7 +29,7 @@ def cursor_read_locked(node: str) -> int:
     (call inside a node-store transaction; the cursor is created at 0 if
     it is missing, as ``cursor_lock`` does)."""
     connection = connections[NODE_STORE]
-    lock = for_update(connection)
+    lock = sql.for_update(connection)
     through = _cursor_position(connection, node, lock=lock)
     return cursor_lock(node).fanout_through if through is None else through
 

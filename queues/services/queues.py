@@ -12,7 +12,7 @@ from cache.selectors import region_names_conflating
 from common import sql
 from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
-from queues.services.store import for_update, state_pk, table
+from queues.services.store import state_pk, table
 
 
 def queue_ensure(
@@ -93,7 +93,7 @@ def _drop_locked(client_id: uuid.UUID, created_at: Any = None) -> bool:
         field = QueueState._meta.get_field("created_at")
         where += " AND created_at = %s"
         params.append(field.get_db_prep_value(created_at, connection))
-    lock = for_update(connection)
+    lock = sql.for_update(connection)
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         cursor.execute(
             f"SELECT client_id FROM {state} WHERE {where}{lock}",  # noqa: S608

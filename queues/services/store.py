@@ -1,6 +1,6 @@
 """Statement helpers every node-store service shares: table names, the
-queue head's primary key as the driver takes it, row locks, and commits
-that need not wait for their flush."""
+queue head's primary key as the driver takes it, and commits that need
+not wait for their flush."""
 
 import uuid
 from typing import Any
@@ -22,12 +22,6 @@ def state_pk(client_id: uuid.UUID, connection: Any) -> Any:
     pk = QueueState._meta.pk
     assert pk is not None  # noqa: S101
     return pk.get_db_prep_value(client_id, connection)
-
-
-def for_update(connection: Any) -> str:
-    """The clause that locks the rows a SELECT reads, where the database
-    has one (SQLite locks the whole database for a write instead)."""
-    return " FOR UPDATE" if connection.features.has_select_for_update else ""
 
 
 def as_uuid(value: Any) -> uuid.UUID:
