@@ -4,6 +4,8 @@ Callers import the package (``from cache import services``); the modules
 are by topic: ``log`` (the event log's lock and appends, which every write
 takes first), ``regions``, ``entries`` (single-key writes), ``batches``
 (many keys in one transaction), ``nodes`` (the cluster's node records).
+The write path's statements are SQL, not querysets
+(docs/decisions/0010-hot-statements-in-sql.md).
 """
 
 from cache.services.batches import (

@@ -1,6 +1,7 @@
 """Writes of many keys in one transaction: a putall (all or nothing) and
 a round of single puts (each answered on its own)."""
 
+import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast
@@ -49,7 +50,7 @@ def _locked_versions(
     """``{key: (id, version, is_destroyed)}`` of the entry rows of ``keys``
     that exist, locked."""
     conn = cursor.db
-    lock = " FOR UPDATE" if conn.features.has_select_for_update else ""
+    lock = sql.for_update(conn)
     quote = conn.ops.quote_name
     found: dict[str, tuple[int, int, bool]] = {}
     for chunk in sql.chunks(keys, _KEYS_PER_LOOKUP):
@@ -69,9 +70,9 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
     """Create or update many keys at once: all or nothing, one event per key.
 
     Rows are written as column values, each value's JSON text made once for
-    its entry and its event: a model instance per entry and per event, and
-    each field's adaptation (the JSON encoded twice, the timestamp made
-    naive per row) were about half of a putall's CPU (docs/performance.md).
+    its entry and its event, without a model instance per row or each
+    field's adaptation per row (the JSON encoded twice, the timestamp made
+    naive each time): docs/decisions/0010-hot-statements-in-sql.md.
     """
     if not isinstance(entries, Mapping) or not entries:
         raise ValidationError("entries must be a non-empty object")
@@ -143,43 +144,26 @@ def entries_put_many(
     two versions); a put refused for its key, value or region gets its
     error in its place and the others are written.
 
-    What the websocket's ``put`` frames of one write round make
-    (``sockets.put_rounds``): one transaction, one lock of the log and one
-    statement per kind of row for the round, where a PUT each was a
-    transaction of five statements.
+    What a write round makes: the websocket's ``put`` frames of one round
+    (``sockets.put_rounds``) and the REST PUTs that arrive together
+    (``cache.group_commit``). One transaction, one lock of the log and one
+    statement per kind of row for the round, not a transaction per put
+    (docs/decisions/0011-group-commit.md).
     """
     if len(puts) > MAX_PUTS_PER_ROUND:
         raise ValidationError(f"at most {MAX_PUTS_PER_ROUND} puts per round")
     results: list[WrittenEvent | DomainError | None] = [None] * len(puts)
-    texts: dict[int, str | None] = {}  # the JSON text; None for null
-    for i, (_, key, value) in enumerate(puts):
-        try:
-            validate_key(key)
-            texts[i] = json_text(value)
-        except ValidationError as exc:
-            results[i] = exc
+    texts = _valid_texts(puts, results)
     conn = connections[DEFAULT_DB_ALIAS]
     # One cursor for the round's statements, used without Django's
-    # ``connection`` proxy: a cursor per statement (five for a lone put;
-    # each a wrapper, the connection's checks and the proxy's thread-local
-    # lookups) was ~25 us of its ~280 us of CPU (docs/performance.md).
+    # ``connection`` proxy: a cursor per statement costs a wrapper, the
+    # connection's checks and the proxy's thread-local lookups each time.
     with transaction.atomic(), conn.cursor() as cursor:
         # The lock first, as every writer, and the seqs of every valid put
         # in the same statement; a put whose region is missing gives its
         # seq back below (no other writer can have reserved any since).
         before = lock_log(len(texts), cursor)
-        regions: dict[str, Region | None] = {}
-        for name in sorted({puts[i][0] for i in texts}):
-            try:
-                regions[name] = region_by_name(name, cursor)
-            except NoSuchRegionError:
-                regions[name] = None
-        refused = 0
-        for i in list(texts):
-            if regions[puts[i][0]] is None:
-                results[i] = NoSuchRegionError(f"region {puts[i][0]!r} does not exist")
-                del texts[i]
-                refused += 1
+        regions, refused = _regions_of(cursor, puts, texts, results)
         if refused:
             lock_log(-refused, cursor)
         if texts:
@@ -188,31 +172,56 @@ def entries_put_many(
     return cast(list[WrittenEvent | DomainError], results)
 
 
+def _valid_texts(
+    puts: Sequence[tuple[str, str, Any]],
+    results: list[WrittenEvent | DomainError | None],
+) -> dict[int, str | None]:
+    """The JSON text (None for null) of each put whose key and value are
+    valid, by index; each other put gets its error in ``results``."""
+    texts: dict[int, str | None] = {}
+    for i, (_, key, value) in enumerate(puts):
+        try:
+            validate_key(key)
+            texts[i] = json_text(value)
+        except ValidationError as exc:
+            results[i] = exc
+    return texts
+
+
+def _regions_of(
+    cursor: Any,
+    puts: Sequence[tuple[str, str, Any]],
+    texts: dict[int, str | None],
+    results: list[WrittenEvent | DomainError | None],
+) -> tuple[dict[str, Region], int]:
+    """The regions of the puts in ``texts``, by name; a put whose region is
+    missing leaves ``texts`` with its error in ``results``. Return the
+    regions and how many puts were refused."""
+    regions: dict[str, Region] = {}
+    for name in sorted({puts[i][0] for i in texts}):
+        with contextlib.suppress(NoSuchRegionError):  # refused below
+            regions[name] = region_by_name(name, cursor)
+    refused = 0
+    for i in list(texts):
+        if puts[i][0] not in regions:
+            results[i] = NoSuchRegionError(f"region {puts[i][0]!r} does not exist")
+            del texts[i]
+            refused += 1
+    return regions, refused
+
+
 def _put_rows(
     cursor: Any,
     puts: Sequence[tuple[str, str, Any]],
     texts: dict[int, str | None],
-    regions: Mapping[str, Region | None],
+    regions: Mapping[str, Region],
     results: list[WrittenEvent | DomainError | None],
     before: int,
 ) -> None:
     """``entries_put_many``'s writes: the events in order (their seqs
     reserved after ``before``), then each entry row once, as the last put
     of its key left it."""
-    keys: dict[str, list[str]] = {}
-    for i in texts:
-        keys.setdefault(puts[i][0], []).append(puts[i][1])
-    # (region, key) -> [entry pk or None, version, is_destroyed, text]
-    rows: dict[tuple[str, str], list[Any]] = {}
-    for name, names in keys.items():
-        region = regions[name]
-        assert region is not None  # noqa: S101
-        found = _locked_versions(region, list(dict.fromkeys(names)), cursor)
-        for key in names:
-            old = found.get(key)
-            rows.setdefault(
-                (name, key), [None, 0, True, None] if old is None else [*old, None]
-            )
+    rows = _entry_rows(cursor, puts, texts, regions)
     conn = cursor.db
     now = timezone.now()
     updated_at = Entry._meta.get_field("updated_at").get_db_prep_save(now, conn)
@@ -221,26 +230,44 @@ def _put_rows(
     seq = before
     for i in sorted(texts):
         name, key, _ = puts[i]
-        region = regions[name]
-        assert region is not None  # noqa: S101
         row = rows[name, key]
         op = Op.CREATE.value if row[2] else Op.UPDATE.value
         row[1], row[2], row[3] = row[1] + 1, False, texts[i]
         seq += 1
         event_id = uuid.uuid4().hex
-        events.append(
-            [seq, event_id, name, key, op, texts[i], row[1], region.conflate_events, ts]
-        )
+        conflate = regions[name].conflate_events
+        events.append([seq, event_id, name, key, op, texts[i], row[1], conflate, ts])
         results[i] = WrittenEvent(seq, event_id, key, op, row[1])
     creates, updates = [], []
     for (name, key), (pk, version, _, text) in rows.items():
-        region = regions[name]
-        assert region is not None  # noqa: S101
         if pk is None:
-            creates.append([region.pk, key, text, version, False, updated_at])
+            creates.append([regions[name].pk, key, text, version, False, updated_at])
         else:
             updates.append([text, version, False, updated_at, pk])
     _write_rows(cursor, creates, updates, events)
+
+
+def _entry_rows(
+    cursor: Any,
+    puts: Sequence[tuple[str, str, Any]],
+    texts: dict[int, str | None],
+    regions: Mapping[str, Region],
+) -> dict[tuple[str, str], list[Any]]:
+    """``{(region, key): [entry pk or None, version, is_destroyed, text]}``
+    of every key put, as its row stands, locked (a key without a row: a
+    destroyed one at version 0)."""
+    keys: dict[str, list[str]] = {}
+    for i in texts:
+        keys.setdefault(puts[i][0], []).append(puts[i][1])
+    rows: dict[tuple[str, str], list[Any]] = {}
+    for name, names in keys.items():
+        found = _locked_versions(regions[name], list(dict.fromkeys(names)), cursor)
+        for key in names:
+            old = found.get(key)
+            rows.setdefault(
+                (name, key), [None, 0, True, None] if old is None else [*old, None]
+            )
+    return rows
 
 
 def _update_entry_values_sql(conn: Any) -> str:

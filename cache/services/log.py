@@ -43,15 +43,9 @@ def lock_log(reserve: int, cursor: Any = None) -> int:
     raise RuntimeError("the event log row cannot be created")
 
 
-# The write path's statements are SQL, not querysets: building and
-# compiling an ORM query cost ~0.7-1 ms of CPU per query on the benchmark
-# machine, against ~0.05 ms for the statement itself, and a PUT is five
-# of them (docs/performance.md, "The ORM on the hot paths").
-
-
 def event_log_head_locked() -> int:
     """Lock the event log until the caller's transaction ends and return
-    its head, reserving nothing (``_lock_log``): every write that reserved
+    its head, reserving nothing (``lock_log``): every write that reserved
     a seq has committed, and none commits another before the caller does.
     Unlike a write, the caller may hold other locks first, none of which a
     writer takes (``clients.services._end_interests``: client rows)."""
@@ -59,6 +53,7 @@ def event_log_head_locked() -> int:
 
 
 def insert_sql(model: Any, fields: list[Any]) -> str:
+    """``INSERT`` of ``fields`` into ``model``'s table on the cluster."""
     return sql.insert_sql(model, fields, connection)
 
 

@@ -15,6 +15,8 @@ from common.errors import ValidationError
 
 
 def region_by_name(name: str, cursor: Any = None) -> Region:
+    """The region ``name`` with its id and ``conflate_events`` only (what
+    a write needs of it), read with ``cursor`` when the write has one."""
     if cursor is None:
         with connection.cursor() as cursor:
             return region_by_name(name, cursor)
