@@ -141,9 +141,13 @@ def _delete_acked(
     dropped by each of the round's ``count`` acks.
 
     On PostgreSQL one statement for the round: a DELETE per ack would be
-    a round trip each while the heads stay locked. On SQLite, where a
-    statement is no round trip, one per ack, in order, each from the head
-    (the earlier ranges are gone already).
+    a round trip each while the heads stay locked. On SQLite the ranges
+    are counted in one statement (per ``RANGES_PER_COUNT``), then deleted
+    in one ``executemany`` whose rowcount is only the total: a DELETE per
+    ack, in order, each from the head (the earlier ranges are gone
+    already). The round's transaction holds SQLite's write lock from its
+    start (``transaction_mode`` IMMEDIATE), so nothing changes between the
+    count and the deletes.
     """
     dropped = [0] * count
     if not ranges:
@@ -159,10 +163,51 @@ def _delete_acked(
         for i, rows in cursor.fetchall():
             dropped[i] = rows
         return dropped
-    for i, client_id, _, up_to in ranges:
-        cursor.execute(delete_one, [state_pk(client_id, connection), up_to])
-        dropped[i] = max(0, cursor.rowcount)
+    _count_ranges(cursor, connection, ranges, dropped)
+    cursor.executemany(
+        delete_one, [[state_pk(pk, connection), up_to] for _, pk, _, up_to in ranges]
+    )
     return dropped
+
+
+# Ranges per counting statement on SQLite (four parameters each, well under
+# its limit on host parameters).
+RANGES_PER_COUNT = 500
+
+
+def _count_ranges(
+    cursor: Any,
+    connection: Any,
+    ranges: list[tuple[int, uuid.UUID, int, int]],
+    dropped: list[int],
+) -> None:
+    """Count the entries of each range (``_ack_ranges``) into ``dropped``
+    at its ack's index, each range a row of a VALUES list joined to the
+    queue's (queue, seq) index."""
+    head, tail = _count_sql()
+    for chunk in sql.chunks(ranges, RANGES_PER_COUNT):
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+        params = [
+            value
+            for i, client_id, after, up_to in chunk
+            for value in (i, state_pk(client_id, connection), after, up_to)
+        ]
+        cursor.execute(f"{head}{values}{tail}", params)
+        for i, rows in cursor.fetchall():
+            dropped[i] = rows
+
+
+@functools.cache
+def _count_sql() -> tuple[str, str]:
+    """The count of ``_count_ranges`` around its VALUES list."""
+    quote = connections[NODE_STORE].ops.quote_name
+    seq, queue = quote("seq"), quote("queue_id")
+    return (
+        "WITH a(i, queue_id, after, up_to) AS (VALUES ",
+        f") SELECT a.i, count(*) FROM a JOIN {table(QueueEntry)} e"  # noqa: S608
+        f" ON e.{queue} = a.queue_id AND e.{seq} > a.after AND e.{seq} <= a.up_to"
+        " GROUP BY a.i",
+    )
 
 
 @functools.cache
