@@ -6,6 +6,7 @@ the one way both the cache's and the node store's statements need.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -69,7 +70,9 @@ def insert_rows(
     row there, each formatted in Python (Django binds parameters on the
     client); COPY's text format takes JSON text for ``jsonb`` as it is, as
     SQLite's text column does. Elsewhere ``executemany``. ``cursor``: the
-    caller's, if it has one open on ``connection``.
+    caller's, if it has one open on ``connection``. Where queries are
+    logged (DEBUG, query-count tests), the COPY is logged as an
+    ``executemany`` is, though it goes past Django's cursor.
     """
     if not rows:
         return
@@ -82,7 +85,9 @@ def insert_rows(
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     statement = f"COPY {table(model, connection)} ({columns}) FROM STDIN"
-    with cursor.cursor.copy(statement) as copy:
+    debug_sql = getattr(cursor, "debug_sql", None)  # a CursorDebugWrapper's
+    logged = debug_sql(statement, rows, many=True) if debug_sql else nullcontext()
+    with logged, cursor.cursor.copy(statement) as copy:
         for row in rows:
             copy.write_row(row)
 
