@@ -1,14 +1,14 @@
 """Single puts of a process's request threads, written together.
 
-A REST ``PUT`` was a transaction of its own: five statements under the
-event log's lock and a commit, one PUT after another, since every writer
-takes that lock first. Here the PUTs that arrive while a round is being
-written wait for the next round, and a round is one
+Every writer takes the event log's lock first, so PUTs written alone
+queue behind one another, each a transaction of its own (five statements
+under the lock and a commit). Here the PUTs that arrive while a round is
+being written wait for the next round, and a round is one
 ``services.entries_put_many`` (one transaction, one lock of the log, one
 statement per kind of row, one commit), each PUT still its own event in
 the order it joined. The thread that finds no round running writes one
 (the leader); the others wait, and the leader hands the next round to the
-first of them (docs/performance.md, "Group commit of REST PUTs").
+first of them (docs/decisions/0011-group-commit.md).
 
 The websocket's ``put`` frames do the same on the event loop
 (``sockets.put_rounds``); this is the threads' side of it.

@@ -71,7 +71,7 @@ class Event(models.Model):
     seq = models.BigIntegerField(primary_key=True)
     # Cluster-unique by construction (a uuid4's 122 random bits), not by an
     # index: nothing looks an event up by its id, and a unique index on a
-    # random string doubled the cost of appending events (docs/performance.md).
+    # random string costs every append a write at a random place in it.
     event_id = models.CharField(max_length=32)
     region = models.CharField(max_length=128)
     key = models.CharField(max_length=512, null=True)
@@ -97,7 +97,8 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField()
     is_draining = models.BooleanField(default=False)
     # Highest event seq this node has fanned out into its store; the event
-    # log is pruned below the smallest of these (queues.services.gc).
+    # log is pruned below the smallest of the nodes that still need it
+    # (clients.maintenance.prune_event_log).
     fanout_through = models.BigIntegerField(default=0)
     # Event frames this node's sockets have sent, ever (the dashboard's
     # delivery rate); added to by each Daphne process every few seconds.

@@ -91,9 +91,9 @@ class LoggedEvent(NamedTuple):
     """One event of the log as the fan-out copies it into queues.
 
     The value stays the JSON text stored: the fan-out copies it into queue
-    rows as it is, where decoding and encoding it again (with a model
-    instance per event, its init signals and its fields' conversions) was
-    about half of the worker's CPU per event (docs/performance.md).
+    rows as it is, without decoding and encoding it again (nor a model
+    instance per event, with its init signals and its fields'
+    conversions).
     """
 
     seq: int
@@ -129,7 +129,7 @@ def logged_events_after(*, seq: int, limit: int) -> list[LoggedEvent]:
     Timestamps are read as text and parsed once per distinct one (a putall's
     events share theirs, and then their one object, which the fan-out
     prepares once): the drivers' per-row conversion (Django's timestamptz
-    loader on PostgreSQL) was ~11 us per event there, the text ~0.5.
+    loader on PostgreSQL) costs many times the parse of a shared text.
     """
     quote = connection.ops.quote_name
     columns = ", ".join(quote(c) for c in _LOGGED_FIELDS[:-1])

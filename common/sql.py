@@ -1,13 +1,12 @@
 """SQL text for the hot paths, from the models' metadata.
 
-The hot paths run statements instead of querysets (building a queryset cost
-~1 ms of CPU on the benchmark machine, the statement ~0.05 ms;
-docs/performance.md). These helpers quote names the one way both the cache
-and the node store's statements need; ``queues`` imports them too (its
-arrow points here).
+The hot paths run statements instead of querysets
+(docs/decisions/0010-hot-statements-in-sql.md). These helpers quote names
+the one way both the cache's and the node store's statements need.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -43,6 +42,12 @@ def table(model: Any, connection: Any) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
+def for_update(connection: Any) -> str:
+    """The clause that locks the rows a SELECT reads, where the database
+    has one (SQLite locks the whole database for a write instead)."""
+    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
 def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:
     """``INSERT INTO table (columns) VALUES (%s, ...)`` for ``fields``."""
     quote = connection.ops.quote_name
@@ -61,12 +66,13 @@ def insert_rows(
     """Insert ``rows`` (each the values of ``fields``, in database form; a
     JSON column's value as its JSON text).
 
-    On PostgreSQL in one ``COPY``: ``executemany`` sent one statement per
-    row, each formatted in Python (Django binds parameters on the client),
-    which was most of a putall's and a fan-out's time there; COPY's text
-    format takes JSON text for ``jsonb`` as it is, as SQLite's text column
-    does. Elsewhere ``executemany``. ``cursor``: the caller's, if it has
-    one open on ``connection``.
+    On PostgreSQL in one ``COPY``: ``executemany`` sends one statement per
+    row there, each formatted in Python (Django binds parameters on the
+    client); COPY's text format takes JSON text for ``jsonb`` as it is, as
+    SQLite's text column does. Elsewhere ``executemany``. ``cursor``: the
+    caller's, if it has one open on ``connection``. Where queries are
+    logged (DEBUG, query-count tests), the COPY is logged as an
+    ``executemany`` is, though it goes past Django's cursor.
     """
     if not rows:
         return
@@ -79,7 +85,9 @@ def insert_rows(
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     statement = f"COPY {table(model, connection)} ({columns}) FROM STDIN"
-    with cursor.cursor.copy(statement) as copy:
+    debug_sql = getattr(cursor, "debug_sql", None)  # a CursorDebugWrapper's
+    logged = debug_sql(statement, rows, many=True) if debug_sql else nullcontext()
+    with logged, cursor.cursor.copy(statement) as copy:
         for row in rows:
             copy.write_row(row)
 
@@ -95,10 +103,10 @@ def update_rows(
     each row (the values of ``fields`` then of ``keys``, in database form).
 
     On PostgreSQL in one statement over arrays (``UPDATE ... FROM
-    unnest(...)``): ``executemany`` sent a statement per row, each parsed
-    and planned by the server, ~150,000 of them in a 20 s live fan-out
-    (the server's statement log). Elsewhere ``executemany``. The caller
-    holds the rows' locks, or the order of the updates would matter.
+    unnest(...)``): ``executemany`` sends a statement per row there, each
+    parsed and planned by the server. Elsewhere ``executemany``. The
+    caller holds the rows' locks, or the order of the updates would
+    matter.
     """
     if not rows:
         return
@@ -136,9 +144,9 @@ def prepared_rows(
 ) -> list[list[Any]]:
     """Each object's ``fields`` as the database takes them.
 
-    ``connection`` must be a connection, not Django's ``connection`` proxy
-    (whose every attribute read, many per field, goes through a
-    thread-local: a quarter of a ``putall``'s CPU). A value that is the
+    ``connection`` must be a connection, not Django's ``connection`` proxy,
+    whose every attribute read (many per field) goes through a
+    thread-local. A value that is the
     very object of the previous row's (the batch's timestamp, region,
     operation) is prepared once.
     """
@@ -197,21 +205,17 @@ def vacuum_bloated(connection: Any, models: Sequence[Any]) -> list[str]:
 
     PostgreSQL keeps a deleted or updated row as a dead one until a vacuum;
     tables whose rows churn (queued events, inserted then deleted once
-    acked) grow without bound while nothing vacuums, and a statement that
-    walks them walks the dead rows too: with the server's ``autovacuum``
-    off, a node store's queue table held ~450,000 more dead rows after
-    every ``make bench`` round, 250 MB after two (docs/performance.md;
-    17-35 MB with this step). ``SKIP_LOCKED``: a
-    table another vacuum holds is left to it. Only PostgreSQL (SQLite
-    reuses a deleted row's space), and only outside a transaction, which
-    a vacuum cannot run in.
+    acked) grow without bound while nothing vacuums (the server's
+    ``autovacuum`` may be off), and a statement that walks them walks the
+    dead rows too. ``SKIP_LOCKED``: a table another vacuum holds is left
+    to it. Only PostgreSQL (SQLite reuses a deleted row's space), and only
+    outside a transaction, which a vacuum cannot run in.
 
     The same look ``ANALYZE``s the tables whose statistics are stale
     (``due_for_analyze``), which is the other half of what autovacuum does:
-    a table never analyzed kept the planner on a sequential scan and a sort
-    of the whole event log for each fan-out pass's read of the newest
-    events (``WHERE seq > %s ORDER BY seq LIMIT %s``), 60,000 rows a pass
-    after three putalls (docs/performance.md).
+    on a table never analyzed the planner reads the newest events of the
+    log (``WHERE seq > %s ORDER BY seq LIMIT %s``, each fan-out pass) by a
+    sequential scan and a sort of the whole log.
     """
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         return []

@@ -1,23 +1,23 @@
 """A database thread of its own for the write rounds of a Daphne process.
 
 ``database_sync_to_async`` runs every database call of every socket of a
-process on one thread, in turn: a round of ``put`` frames
-(``sockets.put_rounds``) waited behind the delivery round running before it
-(``sockets.delivery_rounds``) and behind every ``hello``; on PostgreSQL, where each
-statement is a round trip, that one thread was busy ~75 % of the time
-under the live fan-out, ~60 % of it waiting for the server
-(docs/performance.md). The write rounds get a thread and connections of
-their own here. (The delivery rounds had one too, and measured ~1.7 KiB
-more RSS per idle socket after a connect storm of 1000 sockets, with no
-gain beyond the noise on the fan-out: they stay on the shared thread.)
+process on one thread, in turn, so a round of ``put`` frames
+(``sockets.put_rounds``) would wait behind the delivery round running
+before it (``sockets.delivery_rounds``) and behind every ``hello``; on
+PostgreSQL, where each statement is a round trip, that thread spends most
+of its time waiting for the server. The write rounds get a thread and
+connections of their own here. The delivery rounds stay on the shared
+thread: a thread of their own costs memory per idle socket and gains
+nothing measurable on the fan-out.
 
 ``database_sync_to_async`` also closes old connections before and after
 every call, which arms Django's health check for the next statement (a
-``SELECT 1`` on PostgreSQL, per round). Here a connection is checked as
-before when its thread was idle for ``IDLE_CHECK_S``, and after every call
-one that failed, was left in a transaction or outlived ``CONN_MAX_AGE`` is
-closed, as ``close_old_connections`` would (``Connections``; the worker's
-fan-out listener does the same: clients.tasks).
+``SELECT 1`` on PostgreSQL, per round). Here a connection is checked
+before a call only when its thread was idle for ``IDLE_CHECK_S``, and
+after every call one that failed, was left in a transaction or outlived
+``CONN_MAX_AGE`` is closed, as ``close_old_connections`` would
+(``Connections``; the worker's fan-out listener does the same:
+clients.tasks).
 """
 
 import asyncio

@@ -1,11 +1,11 @@
 """An API token's user in one SQL statement (REST and websocket doors).
 
-``Token.objects.select_related("user")``: building and compiling that
-query was ~13 % of a node's CPU under a stream of PUTs (py-spy; ~1.2 ms
-against ~0.06 ms for the statement itself on the benchmark machine), and
-~8 % of the database thread's time in a storm of websocket handshakes
-(docs/performance.md). The user comes back with the fields permissions
-read; any other field loads on first use, as a deferred field does.
+Not ``Token.objects.select_related("user")``: every REST request and every
+websocket handshake authenticates, and building and compiling that query
+costs many times the statement itself
+(docs/decisions/0010-hot-statements-in-sql.md). The user comes back with
+the fields permissions read; any other field loads on first use, as a
+deferred field does.
 """
 
 import functools

@@ -2,9 +2,10 @@
 
 A node reads and writes only its own store; a copy on another host is
 filled by tasks (``clients.replication``). A field added to QueueEntry
-must be added to ``queues.services._append``'s rows (columns in field
-order), ``queues.selectors.queue_events_after`` and ``entry_to_event``,
-and the copy format (``queues.selectors.entry_to_copy``).
+must be added to the fan-out's rows (``queues.services.append``, columns
+in field order), ``queues.selectors.queue_events_after`` and
+``entry_to_event``, and the copy format (``queues.selectors.entry_to_copy``
+and ``queues.services.copies._entry_from_copy``).
 """
 
 from django.db import models
@@ -38,8 +39,8 @@ class QueueState(models.Model):
 
 class QueueEntry(models.Model):
     # No index of its own: the unique (queue, seq) one serves every lookup
-    # by queue, and a second one cost each event a page per queue it was
-    # appended to (docs/performance.md, migration 0004).
+    # by queue, and a second one would cost each event a page write per
+    # queue it is appended to (migration 0004).
     queue = models.ForeignKey(
         QueueState, on_delete=models.CASCADE, related_name="+", db_index=False
     )

@@ -46,10 +46,9 @@ class _LayerLoop:
 
     ``async_to_sync`` outside an async context makes a new event loop per
     call, and channels_redis keeps its connections per loop: every such
-    doorbell opened (and closed) a Redis connection, and redis-py read its
-    package metadata for each — ~10 % of Daphne's CPU while clients connect
-    and of the worker's in fan-out (docs/performance.md). Here the loop,
-    and so the connections, live as long as the process.
+    doorbell would open (and close) a Redis connection, and redis-py read
+    its package metadata for each. Here the loop, and so the connections,
+    live as long as the process.
     """
 
     def __init__(self) -> None:

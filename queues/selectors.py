@@ -93,7 +93,7 @@ def ts_text(ts: datetime | str) -> str:
     datetimes, or ``_PG_WIRE_TS``'s text when the statement formats it;
     SQLite naive UTC ones (USE_TZ), or the text it stores them as
     (``YYYY-MM-DD HH:MM:SS[.ffffff]``, what ``str()`` of the naive datetime
-    wrote) when the statement reads it as text."""
+    writes) when the statement reads it as text."""
     if isinstance(ts, str):
         if len(ts) in (19, 26) and ts[10] == " ":
             return f"{ts[:10]}T{ts[11:]}Z"
@@ -121,11 +121,8 @@ def queue_events_after(
     delivery loop; the value stays the JSON text stored (``value_json``),
     which the frame embeds as is (``sockets.protocol.event_frame``).
 
-    One statement in SQL, no queryset: this runs once per socket per batch,
-    and building and compiling the ORM query cost about 0.7 ms of CPU here,
-    against ~0.05 ms for the statement itself (docs/performance.md). Model
-    instances, with their init signals, were a third of a replay's CPU
-    before that.
+    One statement in SQL, without a queryset or model instances: this runs
+    once per socket per batch (docs/decisions/0010-hot-statements-in-sql.md).
 
     ``shared`` maps ``(event id, seq)`` to an event already built: every
     queue holding an event holds the same fields (a queue entry is a copy of
@@ -163,9 +160,10 @@ def queue_events_after_many(
     index; on PostgreSQL a LATERAL subquery per element of the bounds'
     arrays, ``_lateral_sql``), the events in the order of ``reads``.
 
-    A delivery round asks this once for all its sockets: a statement per
-    socket was 100 statements a round with 100 live sockets, each with its
-    round trip on PostgreSQL (docs/performance.md).
+    A delivery round asks this once for all its sockets: its statements
+    are constant in the number of sockets up to ``READS_PER_STATEMENT``,
+    where a statement per socket would be a round trip per socket on
+    PostgreSQL.
     """
     return [events for events, _ in queue_reads_after_many(reads, shared)]
 
@@ -229,10 +227,9 @@ _NO_BOUND = 2**63 - 1
 def _lateral_sql() -> str:
     """PostgreSQL's form of a chunk of reads: one statement of the same text
     whatever the number of reads, the reads' bounds as arrays, each read a
-    LATERAL subquery on the queue's index. The UNION ALL of one member per
-    read changed text with every count and was parsed and planned again
-    each round: ~32 ms per statement of 100 members under the live fan-out
-    (the server's statement log), its single biggest cost there."""
+    LATERAL subquery on the queue's index. A UNION ALL of one member per
+    read changes text with every count of reads, so PostgreSQL would parse
+    and plan it afresh every round, at a cost growing with its members."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     seq = quote("seq")

@@ -59,8 +59,7 @@ class EntriesField(serializers.DictField):
 
     Only the object itself is checked here: DRF's per-value check encodes
     each value to JSON, which the service does anyway to store it (and
-    refuses what it cannot store); that second encode was a tenth of a
-    putall's CPU.
+    refuses what it cannot store), so a second encode here is pure cost.
     """
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:

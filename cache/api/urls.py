@@ -13,7 +13,7 @@ ENCODED_SLASH = "\x1f"
 
 
 class EntryKeyConverter:
-    """One path segment holding an entry key; "/" inside it was sent as %2F.
+    """One path segment holding an entry key; a "/" in it comes as %2F.
 
     Under ASGI, EncodedSlashMiddleware turns that %2F into ENCODED_SLASH so
     the segment is not split; it is turned back into "/" here.

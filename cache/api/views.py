@@ -206,9 +206,9 @@ class EntryDetailView(RegionScopedView):
         if isinstance(body, dict) and "value" in body:
             # EntryPutSerializer's checks, done here: the body is an object
             # with a value (the parser only makes JSON, which the service
-            # checks and encodes). Building and running the two serializers
-            # was ~0.5 ms of a ~4 ms PUT (docs/performance.md); a body
-            # without a value still goes through one, for its exact 400.
+            # checks and encodes), without building and running the two
+            # serializers on the hottest request of the API; a body without
+            # a value still goes through one, for its exact 400.
             value = body["value"]
         else:
             value = _valid(EntryPutSerializer, request)["value"]
@@ -257,8 +257,8 @@ class PutAllView(RegionScopedView):
     def post(self, request: Request, region: str) -> Response:
         data = _valid(PutAllSerializer, request)
         events = services.entry_putall(region=region, entries=data["entries"])
-        # PutAllResultSerializer's shape, built directly: the serializer
-        # per event cost as much as writing it (docs/performance.md).
+        # PutAllResultSerializer's shape, built directly: a serializer per
+        # event costs as much as writing the event.
         body = {
             "count": len(events),
             "events": [

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from cache import selectors, services
 from cache.api.urls import ENCODED_SLASH
 from cache.models import Entry, Event
+from cache.services import batches
 from tests.helpers import assert_error, follow_pages
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
@@ -369,7 +370,7 @@ def test_putall_writes_every_key_with_one_event_each(api, region):
 
 def test_putall_over_many_existing_destroyed_and_new_keys(region, monkeypatch):
     # Lookups go in chunks: make them small so several are needed.
-    monkeypatch.setattr(services, "_KEYS_PER_LOOKUP", 7)
+    monkeypatch.setattr(batches, "_KEYS_PER_LOOKUP", 7)
     services.entry_putall(region="prices", entries={f"k{i:02}": i for i in range(20)})
     services.entry_destroy(region="prices", key="k03")
     events = services.entry_putall(

@@ -51,8 +51,7 @@ def test_an_empty_log_at_the_cursor_is_no_gap():
 
 def test_a_log_emptied_past_the_cursor_is_a_gap():
     # Events 4..80 were written and all pruned while this store was away:
-    # its copies missed them (before, an empty log was taken for "nothing
-    # missed", and a copy listed again was adopted as complete).
+    # its copies missed them, however empty the log is by now.
     FanoutCursor.objects.create(node=NODE, fanout_through=3)
     services.queue_ensure(client_id=uuid.uuid4(), durable_id="d1", conflate="server")
     assert services.cursor_init(node=NODE, head=80, oldest=None) == 1

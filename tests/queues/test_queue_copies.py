@@ -359,8 +359,9 @@ def test_queue_ack_many_acks_each_queue_and_counts_dropped_rows():
 
 
 def test_a_round_counts_each_ack_even_when_a_client_acks_twice():
-    # One statement for the round's acks on PostgreSQL when every client
-    # acks once; one per ack, in order, when one acks twice.
+    # A client's acks in one round drop their rows in turn, each counted
+    # apart: the first from the queue's start, each next from the one
+    # before; an ack below an earlier one drops nothing.
     first = source_queue([1, 2, 3, 4, 5])
     second = source_queue([2, 5, 6])
     twice = queue_services.queue_ack_and_mark_many(
@@ -386,8 +387,8 @@ def test_copy_in_keeps_which_rows_may_conflate():
     sent = page([*updates, entry(7)], next_after=7)
     sent["conflate"] = "true"
     sent["entries"][0]["conflates"] = True
-    # A page from a node older than the column says nothing: an update may
-    # conflate unless the queue never does.
+    # A page from a node that does not send the field says nothing: an
+    # update may conflate unless the queue never does.
     del sent["entries"][1]["conflates"]
     del sent["entries"][2]["conflates"]
     queue_services.queue_copy_in(client_id=copy.pk, page=sent)

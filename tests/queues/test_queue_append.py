@@ -1,3 +1,6 @@
+"""The fan-out's appends to a node's queues: which events a queue gets,
+and which of its rows may conflate in its client's mode."""
+
 import uuid
 
 import pytest
@@ -41,7 +44,7 @@ def test_put_reaches_interested_durable_queue(user, region):
     assert queue_selectors.queue_size(client_id=uuid.uuid4()) == -2
 
 
-def test_conflation_create_plus_four_updates(user):
+def test_a_conflating_queue_keeps_the_create_and_the_last_update(user):
     cache_services.region_create(name="c", conflate_events=True)
     client = _hello(user, "conf").client
     other = _hello(user, "noconf", conflate=False).client

@@ -1,0 +1,258 @@
+"""Appends to this node's queues, conflating on the way: what the fan-out
+writes for each event it reads from the cluster's log.
+
+Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
+"""
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from cache.selectors import LoggedEvent
+from common import sql
+from queues.models import QueueEntry, QueueState
+from queues.routers import NODE_STORE
+from queues.services.queues import classify_updates
+from queues.services.store import STATE_PK, as_uuid, state_pk, table
+
+
+def queue_append_many(
+    appends: dict[uuid.UUID, list[LoggedEvent]],
+    *,
+    modes: Mapping[uuid.UUID, str] | None = None,
+    modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]] | None = None,
+) -> dict[uuid.UUID, int]:
+    """Append events to queues on this node; return each queue's new head seq.
+
+    Must run inside a transaction on the node store (the fan-out holds one
+    with its cursor, so appends and cursor move together). Queues are locked
+    in client id order so two appenders can never deadlock. Queues that do
+    not exist on this node are skipped. A constant number of statements
+    whatever the number of queues (plus one delete per conflated update):
+    an event for 100 live sockets is 3 statements, not 300.
+
+    ``modes``: each client's ``conflate`` as the caller read it from the
+    cluster; a queue whose own mode differs takes its client's before
+    anything is appended (``_align_modes``).
+    """
+    if not appends:
+        return {}
+    heads: dict[uuid.UUID, int] = {}
+    rows: list[list[Any]] = []
+    changed: list[Any] = []
+    prepared = _PreparedEvents(connections[NODE_STORE])
+    locked = _lock_heads(list(appends))
+    if modes is not None and modes_now is not None:
+        _align_modes(locked, modes, modes_now)
+    for state in locked:
+        added = _append(state, appends[state.client_id], prepared)
+        heads[state.client_id] = state.last_seq
+        if added is not None:
+            rows.extend(added)
+            changed.append(state)
+    _insert_entries(rows)
+    _save_heads(changed)
+    return heads
+
+
+def _align_modes(
+    locked: list["_Head"],
+    modes: Mapping[uuid.UUID, str],
+    modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]],
+) -> None:
+    """Give each locked queue its client's mode where the two differ, so
+    every host of a queue conflates as the client asked, whatever reached
+    it or did not: a ``hello`` that changed the mode on another node, a
+    copy promoted without one, a copy page built before the change. A
+    queue's mode is otherwise set only by ``hello`` here (``queue_ensure``)
+    and by adoption, both from the same row.
+
+    ``modes`` was read before the heads were locked, so it may predate a
+    ``hello`` that has set this queue's mode since: the differing clients'
+    rows are read again, now that the heads are locked (a ``hello``
+    commits the row before it sets the queue's mode, under this lock), and
+    only that read is applied. A row that is gone changes nothing."""
+    differing = [
+        s.client_id
+        for s in locked
+        if s.client_id in modes and modes[s.client_id] != s.conflate
+    ]
+    if not differing:
+        return
+    now = modes_now(differing)
+    for state in locked:
+        mode = now.get(state.client_id)
+        if mode is not None and mode != state.conflate:
+            QueueState.objects.filter(pk=state.client_id).update(conflate=mode)
+            classify_updates(state.client_id, mode)
+            state.conflate = mode
+
+
+# The fan-out's two hot statements are SQL (sql.insert_rows and
+# sql.update_rows), not bulk_create and bulk_update, whose per-value
+# expressions and CASE per row cost more to compile than to run
+# (docs/decisions/0010-hot-statements-in-sql.md).
+_ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
+# Rows are [queue, *LoggedEvent up to its version, ts, conflates].
+_ROW_COLUMNS = [
+    "queue",
+    *LoggedEvent._fields[:5],
+    "value",
+    "version",
+    "ts",
+    "conflates",
+]
+assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
+
+
+class _PreparedEvents:
+    """Each logged event's column values in database form, computed once
+    per batch: one event fans out to many queues, and a QueueEntry per
+    queue (model init, signals, per-field adaptation) costs more than its
+    row's insert. The value is the log's JSON text as it is; only the
+    timestamp is adapted, once per distinct one (a putall's events share
+    theirs)."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.done: dict[int, list[Any]] = {}
+        self._ts_field = QueueEntry._meta.get_field("ts")
+        self._ts: tuple[Any, Any] = (None, None)
+
+    def __call__(self, event: LoggedEvent) -> list[Any]:
+        values = self.done.get(event.seq)
+        if values is None:
+            raw, prepared = self._ts
+            if event.ts is not raw:
+                prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
+                self._ts = (event.ts, prepared)
+            values = [*event[:7], prepared]
+            self.done[event.seq] = values
+        return values
+
+
+def _insert_entries(rows: list[list[Any]]) -> None:
+    """Insert queue entries given as column values [queue, *event fields]."""
+    sql.insert_rows(connections[NODE_STORE], QueueEntry, _ENTRY_FIELDS, rows)
+
+
+@dataclass
+class _Head:
+    """What the fan-out needs of a locked QueueState row."""
+
+    client_id: uuid.UUID
+    conflate: str
+    last_seq: int
+    delivered_through: int
+    size: int
+    acked_through: int
+
+
+def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
+    """Lock the queues' head rows, in client id order; plain rows (model
+    instances for 100 queues per batch cost more than the statement)."""
+    connection = connections[NODE_STORE]
+    client_ids = sorted(client_ids)  # the same order in every chunk and SQL
+    found: list[_Head] = []
+    lock = sql.for_update(connection)
+    with connection.cursor() as cursor:
+        for chunk in sql.chunks(client_ids, 500):
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                "SELECT client_id, conflate, last_seq, delivered_through, size,"  # noqa: S608
+                " acked_through"
+                f" FROM {table(QueueState)} WHERE client_id IN ({marks})"
+                f" ORDER BY client_id{lock}",
+                [state_pk(pk, connection) for pk in chunk],
+            )
+            found += [_Head(as_uuid(row[0]), *row[1:]) for row in cursor.fetchall()]
+    return found
+
+
+_HEAD_FIELDS = [QueueState._meta.get_field(f) for f in ("last_seq", "size")]
+
+
+def _save_heads(states: list[Any]) -> None:
+    connection = connections[NODE_STORE]
+    rows = [(s.last_seq, s.size, state_pk(s.client_id, connection)) for s in states]
+    sql.update_rows(connection, QueueState, _HEAD_FIELDS, [STATE_PK], rows)
+
+
+def _append(
+    state: "_Head", events: Sequence[Any], prepared: "_PreparedEvents"
+) -> list[list[Any]] | None:
+    """The rows to append to one locked queue, conflating superseded
+    undelivered updates; None when every event was appended already.
+
+    Moves ``state.last_seq`` and ``state.size`` (the caller saves them). A
+    queue entry's seq is its event's cluster-wide log seq: increasing in
+    every queue (the fan-out appends in log order), with gaps, and the same
+    on every host of a queue, so an ``ack up_to`` means the same rows
+    wherever it is applied. Events at or below the head were appended
+    already (a replayed fan-out) and are skipped, and so are events at or
+    below what the queue has acknowledged: on a secondary the primary's
+    relayed ack may come before this node's fan-out has read the events it
+    names, which the client must not be given again after a failover.
+    """
+    new: list[list[Any] | None] = []
+    pending_update: dict[tuple[str, str | None], int] = {}
+    deleted = 0
+    queue = state_pk(state.client_id, prepared.connection)
+    done_through = max(state.last_seq, state.acked_through)
+    for event in events:
+        if event.seq <= done_through:
+            continue
+        state.last_seq = event.seq
+        ident = (event.region, event.key)
+        conflates = _conflates(state, event)
+        if conflates:
+            if ident in pending_update:
+                new[pending_update[ident]] = None
+            else:
+                deleted += _drop_undelivered_update(state, queue, event)
+            pending_update[ident] = len(new)
+        new.append([queue, *prepared(event), conflates])
+    if not new:
+        return None
+    rows = [row for row in new if row is not None]
+    state.size += len(rows) - deleted
+    return rows
+
+
+def _conflates(state: Any, event: Any) -> bool:
+    """Whether ``event`` may conflate in this queue: only an update, and
+    by the queue's mode (in mode "server", by its region's)."""
+    if event.op != "update":
+        return False
+    if state.conflate == "true":
+        return True
+    if state.conflate == "false":
+        return False
+    return bool(event.conflate)
+
+
+_CONFLATES_INDEX = "queue_entry_conflates"
+assert _CONFLATES_INDEX in {i.name for i in QueueEntry._meta.indexes}  # noqa: S101
+
+
+def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
+    """Conflation: delete the queued, undelivered update of the event's key.
+    The condition on ``conflates`` is the partial index's, as its migration
+    writes it: the index serves only a statement that states it. SQLite is
+    told to use it: without statistics its planner prefers the (queue,
+    seq) index, which walks every undelivered row of the queue for each
+    update."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    indexed = f" INDEXED BY {_CONFLATES_INDEX}" if connection.vendor == "sqlite" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table(QueueEntry)}{indexed} WHERE queue_id = %s"  # noqa: S608
+            f" AND region = %s AND {quote('key')} = %s AND {quote('conflates')}"
+            f" AND {quote('seq')} > %s",
+            [queue, event.region, event.key, state.delivered_through],
+        )
+        return max(0, cursor.rowcount)

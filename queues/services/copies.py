@@ -1,0 +1,174 @@
+"""Copies of a client's queue on this node, filled page by page from a
+host that holds a complete one (``clients.replication`` moves the pages)."""
+
+import uuid
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from queues.models import QueueEntry, QueueState
+from queues.routers import NODE_STORE
+from queues.services.cursor import cursor_lock
+from queues.services.queues import classify_updates
+
+
+def queue_adopt(
+    *,
+    client_id: uuid.UUID,
+    durable_id: str | None,
+    conflate: str,
+    node: str,
+    source: str,
+) -> QueueState:
+    """Start (or restart) filling a copy of a client's queue on this node.
+
+    Under this node's fan-out cursor lock, a new copy takes the cursor as
+    ``copy_upto``: its own fan-out appends every later event, and the
+    source sends the entries through ``copy_upto``. A copy that is already
+    complete is left as it is.
+    """
+    with transaction.atomic(using=NODE_STORE):
+        cursor = cursor_lock(node)
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        now = timezone.now()
+        if state is None:
+            state = QueueState.objects.create(
+                client_id=client_id,
+                durable_id=durable_id,
+                conflate=conflate,
+                last_seq=cursor.fanout_through,
+                delivered_through=0,
+                is_synced=False,
+                copy_upto=cursor.fanout_through,
+                copy_after=0,
+                copy_source=source,
+                copy_requested_at=now,
+            )
+        elif not state.is_synced:
+            state.copy_source = source
+            state.copy_requested_at = now
+            state.save(update_fields=["copy_source", "copy_requested_at"])
+    return state
+
+
+def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
+    """Store one page of a copy; return whether the copy is now complete.
+
+    None when this node has no copy in progress for the client (dropped
+    meanwhile, or complete already: a page that arrives twice is harmless).
+    Entries at or below what the copy has acknowledged are skipped, and so
+    are entries already present, so pages may repeat or overlap.
+    """
+    with transaction.atomic(using=NODE_STORE):
+        state = QueueState.objects.select_for_update().filter(pk=client_id).first()
+        if state is None:
+            return None
+        if state.is_synced:
+            return True
+        _ack_locked(state, int(page["acked_through"]))
+        wanted = [
+            e
+            for e in page["entries"]
+            if state.acked_through < e["seq"] <= state.copy_upto
+        ]
+        state.size += _store_missing(state, wanted)
+        # The copy keeps its own mode (its client's, from adoption, a hello
+        # or the fan-out): a page built before a change of mode says the
+        # old one, and its rows come classified in that one.
+        if wanted and page["conflate"] != state.conflate:
+            classify_updates(client_id, state.conflate)
+        if wanted and state.conflate != "false":
+            state.size -= _conflate_copied(state)
+        state.durable_id = page["durable_id"]
+        state.copy_after = max(state.copy_after, int(page["next_after"]))
+        state.copy_requested_at = timezone.now()
+        state.is_synced = bool(page["done"])
+        state.save()
+    return state.is_synced
+
+
+def _store_missing(state: QueueState, wanted: list[dict[str, Any]]) -> int:
+    """Insert the page entries ``wanted`` (in seq order) that the copy does
+    not hold yet; return how many."""
+    if not wanted:
+        return 0
+    present = set(
+        QueueEntry.objects.filter(
+            queue=state, seq__gte=wanted[0]["seq"], seq__lte=wanted[-1]["seq"]
+        ).values_list("seq", flat=True)
+    )
+    rows = [_entry_from_copy(state, e) for e in wanted if e["seq"] not in present]
+    QueueEntry.objects.bulk_create(rows)
+    return len(rows)
+
+
+def _ack_locked(state: QueueState, up_to: int) -> int:
+    """Apply an ack to the copy's locked head; return the rows dropped.
+    (Querysets: a copy's pages are not a hot path.)"""
+    if up_to <= state.acked_through:
+        return 0
+    deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
+    state.acked_through = up_to
+    state.delivered_through = max(state.delivered_through, up_to)
+    state.size = max(0, state.size - deleted)
+    state.save(update_fields=["acked_through", "delivered_through", "size"])
+    return deleted
+
+
+def _conflate_copied(state: QueueState) -> int:
+    """Conflate the copied rows that this copy's own fan-out has superseded;
+    return how many went.
+
+    The copy's fan-out appends the events after ``copy_upto`` while the
+    source's pages, built earlier, bring the rows up to it. So an update
+    that the source conflated away when a later one came can arrive below
+    ``copy_upto``, next to that later one, which this fan-out appended
+    with nothing of the key to conflate yet; a client served by the
+    source, given only the later one, would be replayed the older after a
+    failover. It goes as the fan-out would conflate it
+    (``append._drop_undelivered_update``): an update that may conflate,
+    not delivered by this copy's marks, with a later update of its key
+    that may conflate too."""
+    later = QueueEntry.objects.filter(
+        queue=state,
+        conflates=True,
+        seq__gt=state.copy_upto,
+        region=OuterRef("region"),
+        key=OuterRef("key"),
+    )
+    superseded = QueueEntry.objects.filter(
+        Exists(later),
+        queue=state,
+        conflates=True,
+        seq__lte=state.copy_upto,
+        seq__gt=state.delivered_through,
+    )
+    return int(superseded.delete()[0])
+
+
+def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
+    ts = parse_datetime(data["ts"])
+    if ts is None:
+        raise ValueError(f"bad timestamp in a queue copy: {data['ts']!r}")
+    return QueueEntry(
+        queue=state,
+        seq=data["seq"],
+        event_id=data["event_id"],
+        region=data["region"],
+        key=data["key"],
+        op=data["op"],
+        value=data["value"],
+        version=data["version"],
+        ts=ts,
+        # A page without the field (from a node that does not send it): an
+        # update may conflate unless the queue never does (in mode "server"
+        # its region decides, which the page does not say; a mark too many
+        # is harmless). A page of another mode is reclassified in the
+        # copy's (``queue_copy_in``).
+        conflates=data.get(
+            "conflates", data["op"] == "update" and state.conflate != "false"
+        ),
+    )
