@@ -155,7 +155,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # The queue head the hub's sweep last woke this socket for.
         self.polled_head = 0
         self.bad_frames = 0
-        self.wake = wakeups.Doorbell()
+        self.wake = wakeups.WakeFlag()
         self.delivery: asyncio.Task[None] | None = None
         self.delivery_stopping = False
         await self.accept()

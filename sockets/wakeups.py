@@ -8,7 +8,7 @@ its sockets, in memory:
 
 - **doorbells**: the fan-out sends one message per batch naming every
   client whose queue grew (``queues.notify.ring_many``); the hub sets those
-  sockets' wake events. Per batch, one Redis send and one receive per
+  sockets' wake flags. Per batch, one Redis send and one receive per
   process, whatever the number of sockets.
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
@@ -60,33 +60,36 @@ GROUP_REFRESH_S = 30.0
 RECONCILE_S = 10.0
 
 
-class Doorbell:
-    """A socket's wake flag with one waiter, its delivery task.
+class WakeFlag:
+    """A socket's wake flag, set by the hub, with one waiter: its delivery
+    task.
 
-    Like ``asyncio.Event`` without the deque every Event allocates
-    (~0.6 KiB per socket); a ring before ``wait`` is kept until ``clear``.
+    ``asyncio.Event``'s interface without the waiter deque every Event
+    allocates, which a socket with a single waiter does not need
+    (docs/decisions/0012-one-wake-hub-per-process.md). A ``set`` before
+    ``wait`` is kept until ``clear``.
     """
 
-    __slots__ = ("rung", "waiter")
+    __slots__ = ("flag", "waiter")
 
     def __init__(self) -> None:
-        self.rung = False
+        self.flag = False
         self.waiter: asyncio.Future[None] | None = None
 
     def set(self) -> None:
-        self.rung = True
+        self.flag = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def clear(self) -> None:
-        self.rung = False
+        self.flag = False
 
     def is_set(self) -> bool:
-        return self.rung
+        return self.flag
 
     async def wait(self) -> None:
-        if self.rung:
+        if self.flag:
             return
         self.waiter = asyncio.get_running_loop().create_future()
         try:
@@ -113,7 +116,7 @@ class HubSocket(Protocol):
 
 
 class WakeHub:
-    """The open subscriber sockets of this process and their wake events."""
+    """The open subscriber sockets of this process and their wake flags."""
 
     def __init__(self) -> None:
         self.sockets: dict[uuid.UUID, set[Wakeable]] = defaultdict(set)
@@ -180,7 +183,7 @@ class WakeHub:
         self.wake_all()
 
     def wake_all(self) -> None:
-        """Set every socket's wake event: each reads its queue once."""
+        """Set every socket's wake flag: each reads its queue once."""
         for events in list(self.sockets.values()):
             for event in events:
                 event.set()
@@ -197,7 +200,7 @@ class WakeHub:
         self.wake_all()
 
     def wake(self, clients: list[str]) -> int:
-        """Set the wake event of every socket of these clients (hex ids)."""
+        """Set the wake flag of every socket of these clients (hex ids)."""
         woken = 0
         for hex_id in clients:
             for event in self.sockets.get(uuid.UUID(hex_id), ()):
