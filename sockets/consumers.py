@@ -54,11 +54,12 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Handle the socket's messages one at a time, without a channel.
 
-        Channels' own loop would give the socket a channel-layer channel,
-        a receive task and group memberships to refresh (~13 KiB each);
-        what came through them now comes through the hub, whose closes take
-        ``self.turn`` like the socket's own frames, so a close never runs in
-        the middle of a frame's handler.
+        Channels' own loop gives every socket a channel-layer channel, a
+        receive task and group memberships to refresh; here what reaches a
+        socket from outside comes through the process's hub
+        (docs/decisions/0012-one-wake-hub-per-process.md), whose closes
+        take ``self.turn`` like the socket's own frames, so a close never
+        runs in the middle of a frame's handler.
         """
         self.scope = scope
         self.base_send = send
@@ -68,8 +69,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # the cluster (a late disconnect of an older socket changes nothing).
         self.socket_id = wakeups.hub.new_socket_id()
         self.turn = asyncio.Lock()
-        # Made at the first put: its deques and event are ~2 KiB, which an
-        # idle socket (most of them) would carry for nothing.
+        # Made at the first put: an idle socket (most of them) carries only
+        # what it uses, and most sockets never put.
         self.puts: put_rounds.PutPipeline | None = None
         self.client: holding.HeldClient | None = None  # once hello succeeded
         self.stream: streams.Stream | None = None  # once ready
@@ -194,7 +195,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         client = result.client
         assert client is not None  # noqa: S101
         self.client = holding.HeldClient(client.id, client.is_durable)
-        # Not needed after a hello: a User instance is ~0.5 KiB per socket.
+        # Not needed after a hello, so not carried by an idle socket.
         self.scope.pop("user", None)
         welcome = await db(selectors.welcome_fields)(client=client)
         await self.send(
@@ -280,14 +281,14 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     def swept(self, *, primary: str | None, head: int, holder: str) -> None:
         """The hub's periodic look at this socket's client (sockets.wakeups).
 
-        Gone (an operator closed the client while its close was lost):
-        4410. Moved to another primary (this node was taken for dead, or
-        handed the queue over): 4503, so the client reconnects there. No
-        longer marked held by this socket (a node that took this one for
-        dead released it: its durable timeout runs, and would expire a
+        The client is gone (an operator closed it and the close message was
+        lost): 4410. It has another primary (this node is taken for dead,
+        or handed the queue over): 4503, so the client reconnects there.
+        It is not marked held by this socket (a node that takes this one
+        for dead releases it, and its durable timeout would then expire a
         client still connected here): 4503, so its ``hello`` attaches it
-        again. Its queue grew since the last look: wake (a doorbell may
-        have been lost).
+        again. Otherwise the stream is woken if its queue grew since the
+        last look (a doorbell may be lost).
         """
         if self.is_closing:
             return

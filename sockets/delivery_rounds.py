@@ -174,6 +174,9 @@ def _read_again(
 
 
 class ReadBatcher:
+    """The rounds of one event loop: what its sockets ask between two
+    rounds is the next round."""
+
     def __init__(self) -> None:
         self.waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self.acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []

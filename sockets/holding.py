@@ -51,8 +51,8 @@ def detach(coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
 def _detach_done(task: asyncio.Future[Any]) -> None:
     _detached.discard(task)
     if not task.cancelled():
-        # Retrieved here for when no one awaits it any more (the instance
-        # was killed): a failed release is retried by the hub's reconcile.
+        # Retrieved here, as no one awaits it once its instance is killed:
+        # a failed release is retried by the hub's reconcile.
         task.exception()
 
 

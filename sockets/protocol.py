@@ -120,12 +120,11 @@ def reply(frame_type: str, req_id: str | None, **fields: Any) -> str:
 def event_frame(event: dict[str, Any], *, replay: bool) -> str:
     """An ``event`` frame (DESIGN §3) around the value's stored JSON text.
 
-    The value was validated as RFC 8259 JSON when it was written, and is
-    stored as JSON text: embedding that text saves a decode and an encode
-    per frame sent. The other fields are formatted directly, strings
-    through the json module's C escaper: two ``json.dumps`` per frame (each
-    with a new encoder) were half of a replay's frame-building CPU
-    (docs/performance.md).
+    The value is validated as RFC 8259 JSON when it is written, and stored
+    as JSON text: embedding that text saves a decode and an encode per
+    frame sent. The other fields are formatted directly, strings through
+    the json module's C escaper: the text ``json.dumps`` gives, without
+    its cost per call (docs/decisions/0009-prebuilt-event-frames.md).
     """
     return (
         f'{{"type":"event","id":{_scalar(event["id"])},"seq":{_scalar(event["seq"])},'

@@ -119,13 +119,12 @@ class Stream:
                 await self._send_rows(rows, replay=False)
                 if len(rows) >= batch:
                     continue  # maybe more: read on at once
-            # A short batch was everything committed when it was read:
-            # what commits later rings after its commit, so after the
-            # clear above, and the wait returns at once. (Reading again
-            # first found nothing almost always: half of the live
-            # reads.) No timeout: the hub's sweep wakes a socket whose
-            # doorbell was lost and closes one whose client is gone or
-            # moved.
+            # A short batch is everything committed when it was read: what
+            # commits later rings after its commit, so after the clear
+            # above, and the wait returns at once. A read again before the
+            # wait would almost always find nothing. No timeout: the hub's
+            # sweep wakes a socket whose doorbell is lost and closes one
+            # whose client is gone or moved.
             await self.wake.wait()
 
     async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
@@ -133,12 +132,13 @@ class Stream:
         # are two more coroutine calls per event frame.
         send: Any = self.socket.base_send
         frame = protocol.event_frame
-        # The sockets of one read round get the same dict for the same event
-        # (sockets.delivery_rounds), and the frame is the same bytes for all of them
-        # (seq is the log's): the first to send it builds it, once.
+        # The sockets of one read round get the same dict for the same
+        # event (sockets.delivery_rounds), and the frame is the same text
+        # for all of them (seq is the log's): the first to send it builds
+        # it, once (docs/decisions/0009-prebuilt-event-frames.md).
         cached = _REPLAY_FRAME if replay else _LIVE_FRAME
-        # And the websocket frame, header and all, once for all of them:
-        # written straight to Daphne's socket when nothing would differ.
+        # So is the websocket frame, header and all: written straight to
+        # Daphne's socket when nothing would differ (sockets.wire).
         wired = _REPLAY_WIRE if replay else _LIVE_WIRE
         sock = self.socket.wire
         for event in rows:

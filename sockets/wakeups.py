@@ -1,10 +1,10 @@
 """What reaches the sockets of one Daphne process from outside it.
 
-A subscriber socket has no channel-layer channel of its own (a channel, its
-receive task, its group memberships and their refresher cost ~13 KiB per
-socket; docs/performance.md). The process's ``WakeHub`` is the one member
-of the group ``wake.<node>`` for this process and carries three things to
-its sockets, in memory:
+A subscriber socket has no channel-layer channel of its own: a channel,
+its receive task, its group memberships and their refresher would be
+carried by every socket (docs/decisions/0012-one-wake-hub-per-process.md).
+The process's ``WakeHub`` is the one member of the group ``wake.<node>``
+for this process and carries these to its sockets, in memory:
 
 - **doorbells**: the fan-out sends one message per batch naming every
   client whose queue grew (``queues.notify.ring_many``); the hub sets those
@@ -23,10 +23,10 @@ its sockets, in memory:
 - **the reconcile**: every ``RECONCILE_S`` one query reads the clients
   marked connected to a socket of this process (its socket ids carry the
   hub's ``tag``); those whose socket is no longer open are released as if
-  it had disconnected. A socket releases its client when it ends, but
-  that can fail (the cluster database unreachable then) and was lost when
-  Daphne killed an instance slow to end; such a client's ``hello`` would
-  otherwise be refused 4409 until the node restarted.
+  it had disconnected. A socket releases its client when it ends
+  (sockets.holding), but that release can fail (the cluster database
+  unreachable at that moment); such a client's ``hello`` would otherwise
+  be refused 4409 until the node restarts.
 
 Surviving Redis: channels_redis reads a process's channels with one receive
 at a time; when the hub's receive fails it joins its group again and then
@@ -190,12 +190,12 @@ class WakeHub:
 
     async def refresh(self) -> None:
         """Join the group again and wake every socket. A Redis that
-        restarted empty forgets the membership, and a receive need not fail
-        for it: when the connection that broke was only channels_redis's
+        restarts empty forgets the membership, and a receive need not fail
+        for it: when the connection that breaks is only channels_redis's
         backup cleaner's, the next receive opens a new one to the new Redis
         and waits there, out of the group, and the doorbells rung meanwhile
-        reached nobody (seen in CI: the events after a restart came only
-        with the sweep)."""
+        reach nobody; without this the events written after a restart
+        would come only with the sweep."""
         await self._join()
         self.wake_all()
 
