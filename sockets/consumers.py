@@ -25,7 +25,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from cache.services import WrittenEvent
-from clients import replication, selectors, services
+from clients import replication, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool
 from common.errors import DomainError, ValidationError
@@ -192,17 +192,10 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self.send(protocol.reply("redirect", req_id, url=result.redirect_url))
             await self.close_with(1000)
             return
-        client = result.client
-        assert client is not None  # noqa: S101
-        self.client = holding.HeldClient(client.id, client.is_durable)
+        self.client = holding.HeldClient.of(result)
         # Not needed after a hello, so not carried by an idle socket.
         self.scope.pop("user", None)
-        welcome = await db(selectors.welcome_fields)(client=client)
-        await self.send(
-            protocol.reply(
-                "welcome", req_id, pending_events=result.pending_events, **welcome
-            )
-        )
+        await self.send(await holding.welcome(result, req_id))
 
     async def on_register_interest(
         self, frame: dict[str, Any], req_id: str | None

@@ -20,8 +20,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async as db
 
-from clients import services
-from sockets import delivery_rounds
+from clients import selectors, services
+from sockets import delivery_rounds, protocol
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,13 @@ class HeldClient:
 
     id: uuid.UUID
     is_durable: bool
+
+    @classmethod
+    def of(cls, hello: services.HelloResult) -> "HeldClient":
+        """What to keep of the client a successful hello attached."""
+        client = hello.client
+        assert client is not None  # noqa: S101
+        return cls(client.id, client.is_durable)
 
 
 def detach(coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
@@ -72,6 +79,15 @@ async def hello(
     except asyncio.CancelledError:
         detach(_release_late(attaching, socket_id))
         raise
+
+
+async def welcome(hello: services.HelloResult, req_id: str | None) -> str:
+    """The ``welcome`` frame answering a successful hello."""
+    assert hello.client is not None  # noqa: S101
+    fields = await db(selectors.welcome_fields)(client=hello.client)
+    return protocol.reply(
+        "welcome", req_id, pending_events=hello.pending_events, **fields
+    )
 
 
 async def _release_late(hello: asyncio.Future[Any], socket_id: str) -> None:
