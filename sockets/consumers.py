@@ -1,19 +1,21 @@
 """The websocket door: ``/ws/v1/subscribe`` (docs/protocol.md).
 
-Transport only: frames are parsed by ``sockets.protocol`` and every decision
-is a service or selector call. One asyncio task per socket delivers queued
-rows once ``ready``. A socket has no channel-layer channel: the process's
-``WakeHub`` (sockets.wakeups) wakes it when the node's fan-out grew its
-queue, closes it for an operator or a node shutdown, and sweeps every
-delivering socket each ``DURABLECACHE_POLL_S`` (lost doorbells, a client
-gone or moved to another primary).
+Transport only: frames are parsed by ``sockets.protocol``, every decision
+is a service or selector call, and each frame's handler is a few lines
+calling the module of its part: ``sockets.holding`` (``hello`` and the
+release of the client), ``sockets.registrations`` (interests and their
+images), ``sockets.streams`` (delivery from ``ready`` on) and
+``sockets.put_rounds`` (``put``). A socket has no channel-layer channel:
+the process's ``WakeHub`` (sockets.wakeups) wakes its stream when the
+node's fan-out grew its queue, closes it for an operator or a node
+shutdown, and sweeps every delivering socket each ``DURABLECACHE_POLL_S``
+(lost doorbells, a client gone or moved to another primary).
 """
 
 import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -22,89 +24,42 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from clients import replication, selectors, services
+from cache.services import WrittenEvent
+from clients import replication, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
-from clients.matching import parse_bool, parse_policy, parse_selector
+from clients.matching import parse_bool
 from common.errors import DomainError, ValidationError
 from queues import selectors as queue_selectors
-from sockets import delivered, delivery_rounds, protocol, put_rounds, wakeups, wire
+from sockets import (
+    delivery_rounds,
+    holding,
+    protocol,
+    put_rounds,
+    registrations,
+    streams,
+    wakeups,
+    wire,
+)
 
 log = logging.getLogger(__name__)
 
-IMAGE_CHUNK = 500
 MAX_BAD_FRAMES = 10
 CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_SHUTDOWN = 4503
-# Where an event dict of a read round keeps its frame text, once built.
-_REPLAY_FRAME = "frame:replay"
-_LIVE_FRAME = "frame:live"
-# ... and the same as websocket frame bytes (sockets.wire).
-_REPLAY_WIRE = "wire:replay"
-_LIVE_WIRE = "wire:live"
-# The releases a socket's end must finish even if its instance is killed
-# first: Daphne cancels an instance still running --application-close-timeout
-# after its socket closed, and again every second until it ends (a storm of
-# disconnects queued behind the database thread). Held here until done.
-_detached: set[asyncio.Future[Any]] = set()
-
-
-def _detach(coro: Any) -> asyncio.Future[Any]:
-    """Run ``coro`` on its own task, which no cancel of the caller reaches."""
-    task = asyncio.ensure_future(coro)
-    _detached.add(task)
-    task.add_done_callback(_detach_done)
-    return task
-
-
-def _detach_done(task: asyncio.Future[Any]) -> None:
-    _detached.discard(task)
-    if not task.cancelled():
-        # Seen here if no one awaits it any more (the instance was killed):
-        # a failed release is retried by the hub's reconcile.
-        task.exception()
-
-
-async def _release(client_id: uuid.UUID, socket_id: str) -> None:
-    try:
-        await delivery_rounds.batcher().release(
-            client_id=client_id, socket_id=socket_id
-        )
-    except Exception:
-        log.warning(
-            "releasing client %s failed; the hub's reconcile retries",
-            client_id,
-            exc_info=True,
-        )
-
-
-async def _release_late(hello: asyncio.Future[Any], socket_id: str) -> None:
-    """Release what a hello did after its socket's instance was killed."""
-    with contextlib.suppress(Exception):
-        result = await hello
-        if result.client is not None:
-            await _release(result.client.id, socket_id)
-
-
-@dataclass(frozen=True, slots=True)
-class HeldClient:
-    """What a socket keeps of its client: a model instance is ~1 KiB per
-    socket, and services load the row when they need more."""
-
-    id: uuid.UUID
-    is_durable: bool
 
 
 class SubscriptionConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Handle the socket's messages one at a time, without a channel.
 
-        Channels' own loop would give the socket a channel-layer channel,
-        a receive task and group memberships to refresh (~13 KiB each);
-        what came through them now comes through the hub, whose closes take
-        ``self.turn`` like the socket's own frames, so a close never runs in
-        the middle of a frame's handler.
+        Channels' own loop gives every socket a channel-layer channel, a
+        receive task and group memberships to refresh; here what reaches a
+        socket from outside comes through the process's hub
+        (docs/decisions/0012-one-wake-hub-per-process.md), whose closes
+        take ``self.turn`` like the socket's own frames, so a close never
+        runs in the middle of a frame's handler.
         """
         self.scope = scope
         self.base_send = send
@@ -114,10 +69,11 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         # the cluster (a late disconnect of an older socket changes nothing).
         self.socket_id = wakeups.hub.new_socket_id()
         self.turn = asyncio.Lock()
-        # Made at the first put: its deques and event are ~2 KiB, which an
-        # idle socket (most of them) would carry for nothing.
+        # Made at the first put: an idle socket (most of them) carries only
+        # what it uses, and most sockets never put.
         self.puts: put_rounds.PutPipeline | None = None
-        self.client: Any = None  # a HeldClient once hello succeeded
+        self.client: holding.HeldClient | None = None  # once hello succeeded
+        self.stream: streams.Stream | None = None  # once ready
         self.woken_as: uuid.UUID | None = None  # the client it delivers for
         self.is_closing = False
         self.has_ended = False
@@ -150,17 +106,10 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.node = settings.DURABLECACHE_NODE_NAME
-        self.is_ready = False
-        self.sent_through = 0
-        # The queue head the hub's sweep last woke this socket for.
-        self.polled_head = 0
         self.bad_frames = 0
-        self.wake = wakeups.Doorbell()
-        self.delivery: asyncio.Task[None] | None = None
-        self.delivery_stopping = False
         await self.accept()
         if self.scope.get("user") is None:
-            await self._close(CLOSE_UNAUTHORIZED)
+            await self.close_with(CLOSE_UNAUTHORIZED)
 
     async def send(  # type: ignore[override]  # as Channels' own
         self,
@@ -180,7 +129,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
                 return
         await super().send(text_data, bytes_data, close)
 
-    async def _close(self, code: int) -> None:
+    async def close_with(self, code: int) -> None:
+        """Close the socket with ``code``; no frame is handled after this."""
         self.is_closing = True
         await self.close(code=code)
 
@@ -191,7 +141,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             return
         size = protocol.frame_size(text_data, bytes_data)
         if size > settings.DURABLECACHE_MAX_FRAME_BYTES:
-            await self._close(CLOSE_TOO_LARGE)
+            await self.close_with(CLOSE_TOO_LARGE)
             return
         req_id, frame_type = None, None
         try:
@@ -220,89 +170,44 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         self.bad_frames += 1
         await self.send(protocol.error(req_id, code, message))
         if fatal or self.bad_frames >= MAX_BAD_FRAMES:
-            await self._close(CLOSE_PROTOCOL)
+            await self.close_with(CLOSE_PROTOCOL)
+
+    def _held(self) -> holding.HeldClient:
+        """The socket's client: every frame after a successful hello has one."""
+        assert self.client is not None  # noqa: S101
+        return self.client
 
     async def on_hello(self, frame: dict[str, Any], req_id: str | None) -> None:
         if self.client is not None:
             raise ValidationError("hello was already sent")
         options = services.parse_hello_options(frame)
-        hello = _detach(
-            db(services.client_hello)(
+        try:
+            result = await holding.hello(
                 user=self.scope["user"], socket_id=self.socket_id, options=options
             )
-        )
-        try:
-            result = await asyncio.shield(hello)
-        except asyncio.CancelledError:
-            # Killed: the hello may still connect the client; undo it then.
-            _detach(_release_late(hello, self.socket_id))
-            raise
         except (ClientOwnedError, ClientConnectedError) as exc:
-            await self._close(exc.close_code)
+            await self.close_with(exc.close_code)
             return
         if result.redirect_url:
             await self.send(protocol.reply("redirect", req_id, url=result.redirect_url))
-            await self._close(1000)
+            await self.close_with(1000)
             return
-        client = result.client
-        assert client is not None  # noqa: S101
-        self.client = HeldClient(client.id, client.is_durable)
-        # Not needed after a hello: a User instance is ~0.5 KiB per socket.
+        self.client = holding.HeldClient.of(result)
+        # Not needed after a hello, so not carried by an idle socket.
         self.scope.pop("user", None)
-        welcome = await db(selectors.welcome_fields)(client=client)
-        await self.send(
-            protocol.reply(
-                "welcome", req_id, pending_events=result.pending_events, **welcome
-            )
-        )
+        await self.send(await holding.welcome(result, req_id))
 
     async def on_register_interest(
         self, frame: dict[str, Any], req_id: str | None
     ) -> None:
-        region = protocol.required_str(frame, "region")
-        selector = parse_selector(frame)
-        is_durable = parse_bool(frame.get("durable"), field="durable")
-        policy = parse_policy(frame.get("policy"))
-        await db(services.interest_register_by_client_id)(
-            client_id=self.client.id,
-            region=region,
-            selector=selector,
-            is_durable=is_durable,
-            policy=policy,
-        )
-        count = await self._send_image(req_id, region, selector, policy)
+        interest = await registrations.interest_register(self._held().id, frame)
+        count = await registrations.send_image(self.send, req_id, interest)
         await self.send(protocol.reply("interest_registered", req_id, count=count))
-
-    async def _send_image(
-        self, req_id: str | None, region: str, selector: Any, policy: str
-    ) -> int:
-        field = "keys" if policy == "keys" else "entries"
-        count, after = 0, None
-        while True:
-            items, after = await db(selectors.image_page)(
-                region=region,
-                selector=selector,
-                policy=policy,
-                after=after,
-                size=IMAGE_CHUNK,
-            )
-            if items:
-                count += len(items)
-                await self.send(
-                    protocol.reply("image", req_id, region=region, **{field: items})
-                )
-            if after is None:
-                break
-        return count
 
     async def on_unregister_interest(
         self, frame: dict[str, Any], req_id: str | None
     ) -> None:
-        region = protocol.required_str(frame, "region")
-        selector = parse_selector(frame)
-        await db(services.interest_unregister_by_client_id)(
-            client_id=self.client.id, region=region, selector=selector
-        )
+        await registrations.interest_unregister(self._held().id, frame)
         await self.send(protocol.reply("interest_unregistered", req_id))
 
     async def on_register_cq(self, frame: dict[str, Any], req_id: str | None) -> None:
@@ -312,115 +217,56 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         raise protocol.BadQueryError("continuous queries are not supported yet")
 
     async def on_ready(self, frame: dict[str, Any], req_id: str | None) -> None:
-        if self.is_ready:
+        if self.stream is not None:
             raise ValidationError("ready was already sent")
-        self.is_ready = True
-        head = await db(queue_selectors.queue_head)(client_id=self.client.id)
-        self.polled_head = head
-        self.woken_as = self.client.id
-        wakeups.hub.add(self.woken_as, self.wake)
-        self.delivery = asyncio.create_task(self._deliver(replay_through=head))
+        client_id = self._held().id
+        head = await db(queue_selectors.queue_head)(client_id=client_id)
+        self.woken_as = client_id
+        self.stream = streams.Stream(self, client_id, head)
 
     async def on_ack(self, frame: dict[str, Any], req_id: str | None) -> None:
-        if not self.is_ready:
+        if self.stream is None:
             raise protocol.NotReadyError("ack before ready")
-        up_to = frame.get("up_to")
-        if isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0:
-            raise ValidationError("up_to must be a non-negative integer seq")
-        if up_to > self.sent_through:
-            raise ValidationError(f"up_to {up_to} is beyond the last seq sent")
-        await delivery_rounds.batcher().ack(client_id=self.client.id, up_to=up_to)
-        if self.client.is_durable:
-            replication.ack_relay.add(self.client.id, up_to)
+        up_to = protocol.ack_up_to(frame, sent_through=self.stream.sent_through)
+        client = self._held()
+        await delivery_rounds.batcher().ack(client_id=client.id, up_to=up_to)
+        if client.is_durable:
+            replication.ack_relay.add(client.id, up_to)
 
     async def on_put(self, frame: dict[str, Any], req_id: str | None) -> None:
         """Create or update one key, as ``PUT .../entries/{key}/`` does;
         answered once the event is durable, the socket's next frame handled
         meanwhile (sockets.put_rounds)."""
-        region = protocol.required_str(frame, "region")
-        key = protocol.required_str(frame, "key")
-        if "value" not in frame:
-            raise ValidationError("value is required (null is a value)")
+        region, key, value = protocol.put_fields(frame)
         if self.puts is None:
             self.puts = put_rounds.PutPipeline(self._answer_put, self._puts_failed)
-        await self.puts.put(req_id, region=region, key=key, value=frame["value"])
+        await self.puts.put(req_id, region=region, key=key, value=value)
 
-    async def _answer_put(self, req_id: str | None, region: str, result: Any) -> None:
+    async def _answer_put(
+        self, req_id: str | None, region: str, result: WrittenEvent | DomainError
+    ) -> None:
         if self.is_closing:
             return
         if isinstance(result, DomainError):
             await self._bad_frame(req_id, result.code, result.message, fatal=False)
             return
-        await self.send(
-            protocol.reply(
-                "written",
-                req_id,
-                region=region,
-                key=result.key,
-                op=result.op,
-                version=result.version,
-                event_id=result.event_id,
-            )
-        )
+        await self.send(protocol.written(req_id, region, result))
 
     async def _puts_failed(self, exc: Exception) -> None:
         """A write round failed (the database, say): the socket ends as
         one whose handler raised does; its client reconnects."""
         log.error("a write round failed; closing the socket", exc_info=exc)
         if not self.is_closing:
-            await self._close(1011)
+            await self.close_with(1011)
 
     async def on_close(self, frame: dict[str, Any], req_id: str | None) -> None:
         keepalive = parse_bool(frame.get("keepalive"), field="keepalive")
         self.is_closing = True
         await self._stop_delivery()
-        # Done even if the instance is killed meanwhile (see ``_detached``).
-        await asyncio.shield(
-            _detach(
-                delivery_rounds.batcher().release(
-                    client_id=self.client.id, socket_id=self.socket_id, keep=keepalive
-                )
-            )
-        )
+        await holding.close(self._held().id, self.socket_id, keep=keepalive)
         self.client = None
         await self.send(protocol.reply("closed", req_id, keepalive=keepalive))
         await self.close(code=1000)
-
-    async def _deliver(self, *, replay_through: int) -> None:
-        """Replay what was queued before ``ready``, the marker, then live rows."""
-        client_id, batch = self.client.id, settings.DURABLECACHE_REPLAY_BATCH
-        replayed = 0
-        try:
-            while True:
-                rows = await self._next_batch(batch, through=replay_through)
-                if not rows:
-                    break
-                await self._send_rows(rows, replay=True)
-                replayed += len(rows)
-            regions = await db(selectors.client_regions)(client_id=client_id)
-            await self.send(
-                protocol.reply("marker", None, replayed=replayed, regions=regions)
-            )
-            while not self.delivery_stopping:
-                self.wake.clear()
-                rows = await self._next_batch(batch)
-                if rows:
-                    await self._send_rows(rows, replay=False)
-                    if len(rows) >= batch:
-                        continue  # maybe more: read on at once
-                # A short batch was everything committed when it was read:
-                # what commits later rings after its commit, so after the
-                # clear above, and the wait returns at once. (Reading again
-                # first found nothing almost always: half of the live
-                # reads.) No timeout: the hub's sweep wakes a socket whose
-                # doorbell was lost and closes one whose client is gone or
-                # moved.
-                await self.wake.wait()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("delivery to %s failed; closing the socket", client_id)
-            await self._close(1011)
 
     def holds(self, client_id: uuid.UUID) -> bool:
         return self.client is not None and self.client.id == client_id
@@ -428,14 +274,14 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     def swept(self, *, primary: str | None, head: int, holder: str) -> None:
         """The hub's periodic look at this socket's client (sockets.wakeups).
 
-        Gone (an operator closed the client while its close was lost):
-        4410. Moved to another primary (this node was taken for dead, or
-        handed the queue over): 4503, so the client reconnects there. No
-        longer marked held by this socket (a node that took this one for
-        dead released it: its durable timeout runs, and would expire a
+        The client is gone (an operator closed it and the close message was
+        lost): 4410. It has another primary (this node is taken for dead,
+        or handed the queue over): 4503, so the client reconnects there.
+        It is not marked held by this socket (a node that takes this one
+        for dead releases it, and its durable timeout would then expire a
         client still connected here): 4503, so its ``hello`` attaches it
-        again. Its queue grew since the last look: wake (a doorbell may
-        have been lost).
+        again. Otherwise the stream is woken if its queue grew since the
+        last look (a doorbell may be lost).
         """
         if self.is_closing:
             return
@@ -445,63 +291,13 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             )
         elif primary != self.node or holder != self.socket_id:
             wakeups.hub.spawn(self.close_from_hub(CLOSE_SHUTDOWN, gone=False))
-        elif head > self.polled_head:
-            self.polled_head = head
-            self.wake.set()
-
-    async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
-        # Straight to the server's send: Channels' two wrappers around it
-        # are two more coroutine calls per event frame.
-        send: Any = self.base_send
-        frame = protocol.event_frame
-        # The sockets of one read round get the same dict for the same event
-        # (sockets.delivery_rounds), and the frame is the same bytes for all of them
-        # (seq is the log's): the first to send it builds it, once.
-        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
-        # And the websocket frame, header and all, once for all of them:
-        # written straight to Daphne's socket when nothing would differ.
-        wired = _REPLAY_WIRE if replay else _LIVE_WIRE
-        sock = self.wire
-        for event in rows:
-            text = event.get(cached)
-            if text is None:
-                text = event[cached] = frame(event, replay=replay)
-            direct = False
-            if sock is not None:
-                data = event.get(wired)
-                if data is None:
-                    data = event[wired] = wire.text_frame(text)
-                if direct := wire.writable(sock, len(data)):
-                    sock.sendData(data)  # autobahn's write, in order with its queue
-            if not direct:
-                await send({"type": "websocket.send", "text": text})
-            # Per row: a send may yield, and an ack of a row already sent
-            # must not be taken for an ack beyond what was sent.
-            self.sent_through = event["seq"]
-        delivered.counter.add(self.node, len(rows))
-
-    async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
-        """Rows after what was sent; those that may conflate are marked
-        delivered in the same trip (sockets.delivery_rounds)."""
-        return await delivery_rounds.batcher().next_batch(
-            client_id=self.client.id,
-            sent_through=self.sent_through,
-            limit=limit,
-            through=through,
-        )
+        elif self.stream is not None:
+            self.stream.poll(head)
 
     async def _stop_delivery(self) -> None:
-        if self.woken_as is not None:
-            wakeups.hub.discard(self.woken_as, self.wake)
-            self.woken_as = None
-        if self.delivery is not None:
-            # The flag ends the loop even if a cancel were lost.
-            self.delivery_stopping = True
-            self.wake.set()
-            self.delivery.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.delivery
-            self.delivery = None
+        self.woken_as = None
+        if self.stream is not None:
+            await self.stream.stop()
 
     async def close_from_hub(self, code: int, *, gone: bool) -> None:
         """Close for an operator or a node shutdown, or after the sweep;
@@ -512,7 +308,7 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             await self._stop_delivery()
             if gone:
                 self.client = None
-            await self._close(code)
+            await self.close_with(code)
 
     async def disconnect(self, code: int) -> None:
         self.has_ended = True
@@ -521,4 +317,4 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await self._stop_delivery()
         if self.client is not None:
             client_id, self.client = self.client.id, None
-            await asyncio.shield(_detach(_release(client_id, self.socket_id)))
+            await holding.release_detached(client_id, self.socket_id)

@@ -1,25 +1,22 @@
-"""Delivery reads of every socket of a process, in one trip per round.
+"""Delivery reads, acks and ends of every socket of a process, one trip a round.
 
 Each streaming socket asks for "the rows after what I sent" once per
-batch. Done one by one, each ask is a hop from the event loop to the
-database thread and back (``database_sync_to_async``), and those hops are
-serial on that one thread: with 100 live sockets and 100 writes/s that was
-10,000 hops a second, more than the thread can turn, so sockets fell
-behind and the backlog became latency (docs/performance.md). Here the
-asks that arrive while a round runs wait for the next round, and a round
-runs all of them in one hop: the same statements, one thread switch.
+batch, acks every few dozen events, and releases its client when it ends.
+``database_sync_to_async`` runs a process's database calls on one thread,
+in turn, so one hop there per ask does not keep up with many live
+sockets. Here the asks that arrive while a round runs wait for the next
+round, and a round is one hop:
 
-Acks ride the same rounds: every ack and every "delivered through" of a
-round is one transaction of the node store, so the fan-out's appends wait
-for one write lock per round instead of one per ack (a socket acks every
-few dozen events; 100 sockets made ~200 ack transactions a second).
+1. every socket's read in one statement, without a transaction or lock;
+2. the round's acks, and the marks of what it read that may conflate, in
+   one node-store transaction: the fan-out's appends wait for one write
+   lock per round, not one per ack;
+3. the ends of the round's sockets (``services.clients_ended``: a socket
+   that dropped, or a ``close`` frame's keep or delete), one transaction
+   on each database, after the round's acks: what a socket acked before
+   it ended stays acked.
 
-So do the ends of sockets (``services.clients_ended``: a socket that
-dropped, or a ``close`` frame's keep or delete): a storm of 1000 dropped
-sockets was two transactions per socket, one after the other on that
-thread, 11 s of it; a round ends all of its sockets' clients in one
-transaction on each database (after the round's acks: what a socket acked
-before it ended stays acked).
+docs/decisions/0014-batched-read-and-ack-rounds.md.
 """
 
 import asyncio
@@ -63,67 +60,93 @@ def _run_round(
 def _acks_and_reads(
     asks: list[dict[str, Any]], acks: list[tuple[Any, int]]
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
-    """The round's reads (one statement), then its acks and the marks of
-    what it read that may conflate, in one node-store transaction. If that
-    fails, the acks go alone, and each read on its own after them (one
-    that may conflate marked in a transaction of its own).
-
-    A row that may conflate (``QueueEntry.conflates``) is marked delivered
-    before it is handed to its socket, so no fan-out pass can conflate it
-    away: a socket whose read found one reads again inside the transaction,
-    its head locked, and the mark commits with that read
-    (``queue_ack_and_mark_many``). Every other read is all the round does:
-    without a transaction and without a lock. Every read was once made
-    inside the marking transaction, which on PostgreSQL locked 100 heads
-    per round that the fan-out then waited for, and on SQLite took the
-    write lock (docs/performance.md, "Reads without marks").
-    """
+    """The round's reads and acks, together (``_together``); if that fails,
+    the acks alone and then each read on its own (``_apart``), so one
+    failing read fails only its socket."""
     shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
     reads = [
         (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
         for ask in asks
     ]
     try:
-        found = queue_selectors.queue_reads_after_many(reads, shared) if asks else []
-        every = [events for events, _ in found]
-        again = [i for i, (_, conflates) in enumerate(found) if conflates]
-        dropped: list[int] = []
-        if acks or again:
-            dropped = queue_services.queue_ack_and_mark_many(
-                acks=acks,
-                marking=[reads[i][0] for i in again],
-                read=_read_again(reads, again, every, shared) if again else None,
-            )
-        return [(True, rows) for rows in every], (True, dropped)
-    except Exception:  # below: the acks alone, then each read on its own
+        return _together(reads, acks, shared)
+    except Exception:
         log.warning(
             "a round's acks and reads failed together; the acks alone, then each read",
             exc_info=True,
         )
     shared.clear()
+    return _apart(reads, acks, shared)
+
+
+def _together(
+    reads: list[tuple[Any, int, int, int | None]],
+    acks: list[tuple[Any, int]],
+    shared: dict[tuple[str, int], dict[str, Any]],
+) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
+    """The round's reads (one statement), then its acks and the marks of
+    what it read that may conflate, in one node-store transaction.
+
+    A row that may conflate (``QueueEntry.conflates``) is marked delivered
+    before it is handed to its socket, so no fan-out pass can conflate it
+    away: a socket whose read found one reads again inside the transaction,
+    its head locked, and the mark commits with that read
+    (``queue_ack_and_mark_many``). Every other read is all the round does,
+    without a transaction or a lock, so the fan-out does not wait for the
+    heads of reads that mark nothing.
+    """
+    found = queue_selectors.queue_reads_after_many(reads, shared) if reads else []
+    every = [events for events, _ in found]
+    again = [i for i, (_, conflates) in enumerate(found) if conflates]
+    dropped: list[int] = []
+    if acks or again:
+        dropped = queue_services.queue_ack_and_mark_many(
+            acks=acks,
+            marking=[reads[i][0] for i in again],
+            read=_read_again(reads, again, every, shared) if again else None,
+        )
+    return [(True, rows) for rows in every], (True, dropped)
+
+
+def _apart(
+    reads: list[tuple[Any, int, int, int | None]],
+    acks: list[tuple[Any, int]],
+    shared: dict[tuple[str, int], dict[str, Any]],
+) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
+    """The acks in a transaction of their own, then each read on its own
+    (one that may conflate marked in a transaction of its own); a read's
+    failure is handed to its socket."""
     try:
         acked: tuple[bool, Any] = (
             True,
             queue_services.queue_ack_and_mark_many(acks=acks),
         )
     except Exception as exc:
-        return [(False, exc)] * len(asks), (False, exc)
+        return [(False, exc)] * len(reads), (False, exc)
     results: list[tuple[bool, Any]] = []
     for one in reads:
         try:
-            ((rows, conflates),) = queue_selectors.queue_reads_after_many([one], shared)
-            if conflates:  # marked as in a round, in a transaction of its own
-                every = [rows]
-                queue_services.queue_ack_and_mark_many(
-                    acks=[],
-                    marking=[one[0]],
-                    read=_read_again([one], [0], every, shared),
-                )
-                rows = every[0]
-            results.append((True, rows))
-        except Exception as exc:  # handed to the asking socket
+            results.append((True, _read_alone(one, shared)))
+        except Exception as exc:
             results.append((False, exc))
     return results, acked
+
+
+def _read_alone(
+    one: tuple[Any, int, int, int | None],
+    shared: dict[tuple[str, int], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One socket's read outside a round, marked as a round marks it."""
+    ((rows, conflates),) = queue_selectors.queue_reads_after_many([one], shared)
+    if conflates:
+        every = [rows]
+        queue_services.queue_ack_and_mark_many(
+            acks=[],
+            marking=[one[0]],
+            read=_read_again([one], [0], every, shared),
+        )
+        rows = every[0]
+    return rows
 
 
 def _read_again(
@@ -151,6 +174,9 @@ def _read_again(
 
 
 class ReadBatcher:
+    """The rounds of one event loop: what its sockets ask between two
+    rounds is the next round."""
+
     def __init__(self) -> None:
         self.waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self.acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []

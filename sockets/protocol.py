@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+from cache.services import WrittenEvent
 from cache.validation import loads_storable
 from common.errors import DomainError, ValidationError
 
@@ -88,6 +89,26 @@ def required_str(frame: dict[str, Any], field: str) -> str:
     return value
 
 
+def ack_up_to(frame: dict[str, Any], *, sent_through: int) -> int:
+    """Return the seq an ``ack`` frame acknowledges through: one already
+    sent on the socket (``sent_through``)."""
+    up_to = frame.get("up_to")
+    if isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0:
+        raise ValidationError("up_to must be a non-negative integer seq")
+    if up_to > sent_through:
+        raise ValidationError(f"up_to {up_to} is beyond the last seq sent")
+    return up_to
+
+
+def put_fields(frame: dict[str, Any]) -> tuple[str, str, Any]:
+    """Return the region, key and value of a ``put`` frame."""
+    region = required_str(frame, "region")
+    key = required_str(frame, "key")
+    if "value" not in frame:
+        raise ValidationError("value is required (null is a value)")
+    return region, key, frame["value"]
+
+
 def reply(frame_type: str, req_id: str | None, **fields: Any) -> str:
     body: dict[str, Any] = {"type": frame_type}
     if req_id is not None:
@@ -99,12 +120,11 @@ def reply(frame_type: str, req_id: str | None, **fields: Any) -> str:
 def event_frame(event: dict[str, Any], *, replay: bool) -> str:
     """An ``event`` frame (DESIGN §3) around the value's stored JSON text.
 
-    The value was validated as RFC 8259 JSON when it was written, and is
-    stored as JSON text: embedding that text saves a decode and an encode
-    per frame sent. The other fields are formatted directly, strings
-    through the json module's C escaper: two ``json.dumps`` per frame (each
-    with a new encoder) were half of a replay's frame-building CPU
-    (docs/performance.md).
+    The value is validated as RFC 8259 JSON when it is written, and stored
+    as JSON text: embedding that text saves a decode and an encode per
+    frame sent. The other fields are formatted directly, strings through
+    the json module's C escaper: the text ``json.dumps`` gives, without
+    its cost per call (docs/decisions/0009-prebuilt-event-frames.md).
     """
     return (
         f'{{"type":"event","id":{_scalar(event["id"])},"seq":{_scalar(event["seq"])},'
@@ -127,6 +147,19 @@ def _scalar(value: str | int | None) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"not a frame scalar: {value!r}")
     return str(value)
+
+
+def written(req_id: str | None, region: str, event: WrittenEvent) -> str:
+    """The ``written`` reply to a ``put`` frame, once its event is durable."""
+    return reply(
+        "written",
+        req_id,
+        region=region,
+        key=event.key,
+        op=event.op,
+        version=event.version,
+        event_id=event.event_id,
+    )
 
 
 def error(req_id: str | None, code: str, message: str) -> str:

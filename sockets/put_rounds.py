@@ -6,10 +6,11 @@ A socket may have up to ``MAX_PUTS_IN_FLIGHT`` puts in flight: its next
 (``PutPipeline``). The puts of the process's sockets that arrive while a
 round is being written wait for the next one, and a round is one hop to the
 database thread and one transaction
-(``cache.services.entries_put_many``): what one HTTP request
-and one transaction per PUT cost each write (docs/performance.md) is shared
-by every write of the round. Puts are written in the order they arrived,
-and each socket's answers go out in the order of its frames.
+(``cache.services.entries_put_many``): the fixed cost of a write (the hop,
+the transaction, the lock of the event log) is shared by every write of
+the round (docs/decisions/0011-group-commit.md). Puts are written in the
+order they arrived, and each socket's answers go out in the order of its
+frames.
 """
 
 import asyncio
@@ -60,10 +61,11 @@ class WriteBatcher:
         """Let the put frames already read from the sockets join the
         round: yield to the loop while the waiting list still grows (at
         most ``GATHER_YIELDS`` times; no timer, so a lone put waits only a
-        few loop turns). Rounds started at the first put of a burst held
-        ~9 puts on average with 20 in flight, alternating 1-2 and ~19; a
-        round's fixed cost (the thread hop, the transaction, the fan-out
-        doorbell) was then most of a put's (docs/performance.md)."""
+        few loop turns). A round started at the first put of a burst would
+        hold that put alone and leave the rest of the burst to the next,
+        and a round's fixed cost (the thread hop, the transaction, the
+        fan-out doorbell) is most of a put's
+        (docs/decisions/0011-group-commit.md)."""
         seen = -1
         for _ in range(GATHER_YIELDS):
             if len(self.waiting) == seen:

@@ -1,14 +1,14 @@
 """What reaches the sockets of one Daphne process from outside it.
 
-A subscriber socket has no channel-layer channel of its own (a channel, its
-receive task, its group memberships and their refresher cost ~13 KiB per
-socket; docs/performance.md). The process's ``WakeHub`` is the one member
-of the group ``wake.<node>`` for this process and carries three things to
-its sockets, in memory:
+A subscriber socket has no channel-layer channel of its own: a channel,
+its receive task, its group memberships and their refresher would be
+carried by every socket (docs/decisions/0012-one-wake-hub-per-process.md).
+The process's ``WakeHub`` is the one member of the group ``wake.<node>``
+for this process and carries these to its sockets, in memory:
 
 - **doorbells**: the fan-out sends one message per batch naming every
   client whose queue grew (``queues.notify.ring_many``); the hub sets those
-  sockets' wake events. Per batch, one Redis send and one receive per
+  sockets' wake flags. Per batch, one Redis send and one receive per
   process, whatever the number of sockets.
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
@@ -23,10 +23,10 @@ its sockets, in memory:
 - **the reconcile**: every ``RECONCILE_S`` one query reads the clients
   marked connected to a socket of this process (its socket ids carry the
   hub's ``tag``); those whose socket is no longer open are released as if
-  it had disconnected. A socket releases its client when it ends, but
-  that can fail (the cluster database unreachable then) and was lost when
-  Daphne killed an instance slow to end; such a client's ``hello`` would
-  otherwise be refused 4409 until the node restarted.
+  it had disconnected. A socket releases its client when it ends
+  (sockets.holding), but that release can fail (the cluster database
+  unreachable at that moment); such a client's ``hello`` would otherwise
+  be refused 4409 until the node restarts.
 
 Surviving Redis: channels_redis reads a process's channels with one receive
 at a time; when the hub's receive fails it joins its group again and then
@@ -60,33 +60,36 @@ GROUP_REFRESH_S = 30.0
 RECONCILE_S = 10.0
 
 
-class Doorbell:
-    """A socket's wake flag with one waiter, its delivery task.
+class WakeFlag:
+    """A socket's wake flag, set by the hub, with one waiter: its delivery
+    task.
 
-    Like ``asyncio.Event`` without the deque every Event allocates
-    (~0.6 KiB per socket); a ring before ``wait`` is kept until ``clear``.
+    ``asyncio.Event``'s interface without the waiter deque every Event
+    allocates, which a socket with a single waiter does not need
+    (docs/decisions/0012-one-wake-hub-per-process.md). A ``set`` before
+    ``wait`` is kept until ``clear``.
     """
 
-    __slots__ = ("rung", "waiter")
+    __slots__ = ("flag", "waiter")
 
     def __init__(self) -> None:
-        self.rung = False
+        self.flag = False
         self.waiter: asyncio.Future[None] | None = None
 
     def set(self) -> None:
-        self.rung = True
+        self.flag = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def clear(self) -> None:
-        self.rung = False
+        self.flag = False
 
     def is_set(self) -> bool:
-        return self.rung
+        return self.flag
 
     async def wait(self) -> None:
-        if self.rung:
+        if self.flag:
             return
         self.waiter = asyncio.get_running_loop().create_future()
         try:
@@ -113,7 +116,7 @@ class HubSocket(Protocol):
 
 
 class WakeHub:
-    """The open subscriber sockets of this process and their wake events."""
+    """The open subscriber sockets of this process and their wake flags."""
 
     def __init__(self) -> None:
         self.sockets: dict[uuid.UUID, set[Wakeable]] = defaultdict(set)
@@ -180,24 +183,24 @@ class WakeHub:
         self.wake_all()
 
     def wake_all(self) -> None:
-        """Set every socket's wake event: each reads its queue once."""
+        """Set every socket's wake flag: each reads its queue once."""
         for events in list(self.sockets.values()):
             for event in events:
                 event.set()
 
     async def refresh(self) -> None:
         """Join the group again and wake every socket. A Redis that
-        restarted empty forgets the membership, and a receive need not fail
-        for it: when the connection that broke was only channels_redis's
+        restarts empty forgets the membership, and a receive need not fail
+        for it: when the connection that breaks is only channels_redis's
         backup cleaner's, the next receive opens a new one to the new Redis
         and waits there, out of the group, and the doorbells rung meanwhile
-        reached nobody (seen in CI: the events after a restart came only
-        with the sweep)."""
+        reach nobody; without this the events written after a restart
+        would come only with the sweep."""
         await self._join()
         self.wake_all()
 
     def wake(self, clients: list[str]) -> int:
-        """Set the wake event of every socket of these clients (hex ids)."""
+        """Set the wake flag of every socket of these clients (hex ids)."""
         woken = 0
         for hex_id in clients:
             for event in self.sockets.get(uuid.UUID(hex_id), ()):

@@ -1,24 +1,22 @@
 """Event frames written to Daphne's websocket as ready-made bytes.
 
 An event frame's text is the same for every socket that gets it (its seq is
-the log's; ``sockets.consumers`` builds it once per read round), and a
+the log's; ``sockets.streams`` builds it once per read round), and a
 server's websocket frames are not masked, so the frame on the wire — header
 and text — is the same bytes for all of them too. Through ASGI each socket
-would pay for the whole path again: Daphne's ``handle_reply`` coroutine and
+pays for the whole path again: Daphne's ``handle_reply`` coroutine and
 checks, its ``serverSend`` (a debug log call, the UTF-8 encoding), and
-autobahn's ``sendMessage``/``sendFrame`` (state checks, traffic counters, the
-header built with ``struct``): three quarters of Daphne's main thread's time
-per delivered frame with 100 live sockets in py-spy's samples, though
-the measured gain was smaller (docs/performance.md).
-Here the bytes are built once per event and handed to autobahn's
-``sendData``, which writes them to the connection (in order with any frame
-autobahn has queued).
+autobahn's ``sendMessage``/``sendFrame`` (state checks, traffic counters,
+the header built with ``struct``). Here the bytes are built once per event
+and handed to autobahn's ``sendData``, which writes them to the connection
+(in order with any frame autobahn has queued);
+docs/decisions/0009-prebuilt-event-frames.md.
 
 Only when nothing would differ: Daphne's protocol is behind the ASGI send,
 the socket is open and connected, no message is half sent, the client did
 not negotiate compression, no size limit or auto-fragmentation applies and
 frames are not logged. Otherwise, and on any other server, the frame goes
-through ASGI as before. Every frame written either way is written at once,
+through ASGI. Every frame written either way is written at once,
 in the order of the calls, so the two paths interleave safely.
 """
 

@@ -743,7 +743,7 @@ async def test_a_socket_joins_no_channel_layer_group_of_its_own(
     session, token, settings
 ):
     # Doorbells and closes reach sockets through the process's hub: the
-    # only group is the hub's (a channel per socket cost ~13 KiB of RSS).
+    # only group is the hub's (docs/decisions/0012-one-wake-hub-per-process.md).
     socks = [(await session(token, durable_id=f"d{i}"))[0] for i in range(3)]
     for sock in socks:
         await sock.ready()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from cache.models import Event
@@ -107,6 +107,53 @@ async def test_asks_that_arrive_together_share_one_round(monkeypatch, conflates)
         # Rows that cannot conflate need no mark: no transaction, no lock.
         assert delivered == [0] * 5
         assert transactions == []
+
+
+# Statements of one read round on the node store, by vendor: the reads
+# alone, and with the marks of reads that may conflate (a transaction:
+# PostgreSQL's BEGIN, SET LOCAL and COMMIT are seen, SQLite's BEGIN is not).
+READ_ROUND_STATEMENTS = {
+    "sqlite": {False: 1, True: 5},
+    "postgresql": {False: 1, True: 7},
+}
+
+
+def _asks(ids: list[uuid.UUID], sent_through: int) -> list[dict[str, Any]]:
+    return [
+        {"client_id": pk, "sent_through": sent_through, "limit": 10, "through": None}
+        for pk in ids
+    ]
+
+
+@pytest.mark.parametrize("conflates", [False, True], ids=["reads", "marks"])
+@pytest.mark.parametrize("sockets", [1, 3, 10])
+def test_a_read_round_takes_the_same_statements_for_any_number_of_sockets(
+    sockets, conflates, django_assert_num_queries
+):
+    ids = [_queue(3, conflates=conflates) for _ in range(sockets)]
+    node = connections["node"]
+    with (
+        django_assert_num_queries(
+            READ_ROUND_STATEMENTS[node.vendor][conflates], connection=node
+        ),
+        django_assert_num_queries(0, connection=connections["default"]),
+    ):
+        results, _, _ = delivery_rounds._run_round(_asks(ids, 1), [], [])
+    assert [[row["seq"] for row in rows] for _, rows in results] == [[2, 3]] * sockets
+
+
+@pytest.mark.parametrize("sockets", [1, 3, 10])
+def test_a_rounds_acks_share_one_transaction(sockets, django_assert_num_queries):
+    ids = [_queue(3) for _ in range(sockets)]
+    node = connections["node"]
+    # One statement deletes every ack's entries on PostgreSQL; SQLite
+    # deletes each ack's on its own.
+    expected = {"postgresql": 7, "sqlite": 4 + sockets}[node.vendor]
+    with django_assert_num_queries(expected, connection=node):
+        _, acked, _ = delivery_rounds._run_round(
+            _asks(ids, 2), [(pk, 2) for pk in ids], []
+        )
+    assert acked == (True, [2] * sockets)
 
 
 async def test_a_mark_already_recorded_is_not_written_again():

@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from queues import notify
-from sockets.wakeups import Doorbell, WakeHub
+from sockets.wakeups import WakeFlag, WakeHub
 
 
 async def _joined(hub):
@@ -77,32 +77,32 @@ def test_discard_forgets_a_socket():
     assert hub.wake([client_id.hex]) == 0
 
 
-async def test_a_doorbell_rung_before_the_wait_is_kept_until_cleared():
-    bell = Doorbell()
-    bell.set()
+async def test_a_wake_flag_set_before_the_wait_is_kept_until_cleared():
+    flag = WakeFlag()
+    flag.set()
     async with asyncio.timeout(5):
-        await bell.wait()  # returns at once
-    bell.clear()
-    assert not bell.is_set()
-    waiting = asyncio.ensure_future(bell.wait())
+        await flag.wait()  # returns at once
+    flag.clear()
+    assert not flag.is_set()
+    waiting = asyncio.ensure_future(flag.wait())
     await asyncio.sleep(0)
     assert not waiting.done()
-    bell.set()
+    flag.set()
     async with asyncio.timeout(5):
         await waiting
-    assert bell.waiter is None
+    assert flag.waiter is None
 
 
-async def test_a_cancelled_wait_leaves_the_doorbell_usable():
-    bell = Doorbell()
-    waiting = asyncio.ensure_future(bell.wait())
+async def test_a_cancelled_wait_leaves_the_wake_flag_usable():
+    flag = WakeFlag()
+    waiting = asyncio.ensure_future(flag.wait())
     await asyncio.sleep(0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    bell.set()  # no waiter: nothing to resolve
+    flag.set()  # no waiter: nothing to resolve
     async with asyncio.timeout(5):
-        await bell.wait()
+        await flag.wait()
 
 
 class _FakeSocket:

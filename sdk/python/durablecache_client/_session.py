@@ -87,7 +87,7 @@ class Session:
 
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     """Return the wait before attempt `attempt` (1-based): doubling, jittered."""
-    delay = min(cap, initial * 2 ** (attempt - 1))
+    delay = min(cap, initial * 2.0 ** (attempt - 1))
     return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - not crypto
 
 
@@ -142,13 +142,14 @@ async def _hello_exchange(
             while True:
                 raw = await ws.recv()
                 frame = json.loads(raw) if isinstance(raw, str) else None
-                kind = frame.get("type") if isinstance(frame, dict) else None
-                if kind in ("welcome", "redirect"):
-                    return frame  # type: ignore[return-value]
-                if kind == "error":
-                    raise DurableCacheError(
-                        str(frame.get("code")), str(frame.get("message", ""))
-                    )
+                if isinstance(frame, dict):
+                    kind = frame.get("type")
+                    if kind in ("welcome", "redirect"):
+                        return frame
+                    if kind == "error":
+                        raise DurableCacheError(
+                            str(frame.get("code")), str(frame.get("message", ""))
+                        )
                 logger.debug("ignoring %r before welcome", raw)
     except ConnectionClosed as exc:
         code = exc.rcvd.code if exc.rcvd else 1006

@@ -109,15 +109,7 @@ async def subscribe(
             f"connected to {welcome.node} ({welcome.url}), "
             f"pending_events={welcome.pending_event_count}\n"
         )
-        region = client.region(args.region)
-        options = {"durable": args.durable, "policy": args.policy}
-        if args.keys is not None:
-            keys = [k for k in args.keys.split(",") if k]
-            count = await region.register_keys(keys, **options)
-        elif args.regex is not None:
-            count = await region.register_regex(args.regex, **options)
-        else:
-            count = await region.register_all_keys(**options)
+        count = await _register(client, args)
         err.write(f"registered interest in {args.region}: image of {count}\n")
         await client.ready_for_events()
         stopped = asyncio.ensure_future(stop.wait())
@@ -134,6 +126,18 @@ async def subscribe(
         err.write(f"error: {exc}\n")
         await client.close()
         return 1
+
+
+async def _register(client: AsyncDurableClient, args: argparse.Namespace) -> int:
+    """Register the interest the arguments name; return the image count."""
+    region = client.region(args.region)
+    options = {"durable": args.durable, "policy": args.policy}
+    if args.keys is not None:
+        keys = [k for k in args.keys.split(",") if k]
+        return await region.register_keys(keys, **options)
+    if args.regex is not None:
+        return await region.register_regex(args.regex, **options)
+    return await region.register_all_keys(**options)
 
 
 async def _main_subscribe(args: argparse.Namespace) -> int:

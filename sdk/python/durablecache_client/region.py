@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .events import CacheListener, EntryEvent, Written
 
 if TYPE_CHECKING:
-    from .client import AsyncDurableClient
+    from ._regions import ClientRegions
 
 POLICIES = ("keys_values", "keys", "none")
 _REGION_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -42,7 +42,7 @@ class Region:
 
     def __init__(
         self,
-        client: AsyncDurableClient,
+        client: ClientRegions,
         name: str,
         listener: CacheListener | None = None,
         *,

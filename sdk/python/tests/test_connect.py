@@ -147,7 +147,7 @@ async def test_4409_is_retried_every_conflict_delay_not_the_growing_backoff(
     # A crashed node's socket still counts as connected until the server
     # takes the node for dead: retry at a steady pace, not with a backoff
     # that would grow past that moment.
-    from durablecache_client import client as client_module
+    from durablecache_client import _connection as client_module
 
     monkeypatch.setattr(client_module, "backoff_delay", lambda *args: 5.0)
     slept: list[float] = []

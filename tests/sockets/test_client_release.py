@@ -1,4 +1,5 @@
-"""A socket whose handler fails unexpectedly still releases its client."""
+"""A socket releases its client however it ends: a handler that raised, an
+instance killed in its disconnect or its hello, a release that failed."""
 
 import asyncio
 import threading

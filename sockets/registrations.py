@@ -1,0 +1,78 @@
+"""The registration frames of a socket: interests and their initial images.
+
+DESIGN.md section 3; every decision is a ``clients`` service or selector.
+"""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async as db
+
+from clients import selectors, services
+from clients.matching import Selector, parse_bool, parse_policy, parse_selector
+from sockets import protocol
+
+# Entries (or keys) per ``image`` frame, and per database trip.
+IMAGE_CHUNK = 500
+
+Send = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """An interest just registered, as its image is read."""
+
+    region: str
+    selector: Selector
+    policy: str
+
+
+async def interest_register(client_id: uuid.UUID, frame: dict[str, Any]) -> Registered:
+    """Register the interest a ``register_interest`` frame asks for."""
+    region = protocol.required_str(frame, "region")
+    selector = parse_selector(frame)
+    is_durable = parse_bool(frame.get("durable"), field="durable")
+    policy = parse_policy(frame.get("policy"))
+    await db(services.interest_register_by_client_id)(
+        client_id=client_id,
+        region=region,
+        selector=selector,
+        is_durable=is_durable,
+        policy=policy,
+    )
+    return Registered(region, selector, policy)
+
+
+async def send_image(send: Send, req_id: str | None, interest: Registered) -> int:
+    """Send the interest's initial image in ``image`` frames of at most
+    ``IMAGE_CHUNK`` items; return how many items were sent."""
+    field = "keys" if interest.policy == "keys" else "entries"
+    count, after = 0, None
+    while True:
+        items, after = await db(selectors.image_page)(
+            region=interest.region,
+            selector=interest.selector,
+            policy=interest.policy,
+            after=after,
+            size=IMAGE_CHUNK,
+        )
+        if items:
+            count += len(items)
+            await send(
+                protocol.reply(
+                    "image", req_id, region=interest.region, **{field: items}
+                )
+            )
+        if after is None:
+            return count
+
+
+async def interest_unregister(client_id: uuid.UUID, frame: dict[str, Any]) -> None:
+    """Unregister the interest an ``unregister_interest`` frame names."""
+    region = protocol.required_str(frame, "region")
+    selector = parse_selector(frame)
+    await db(services.interest_unregister_by_client_id)(
+        client_id=client_id, region=region, selector=selector
+    )

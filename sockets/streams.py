@@ -1,0 +1,170 @@
+"""A socket's delivery once ``ready``: replay, the marker, then live rows.
+
+DESIGN.md section 3. One task per delivering socket reads its rows in the
+process's read rounds (sockets.delivery_rounds) and sends them as event
+frames; between reads it waits on its wake flag, which the process's hub
+sets (sockets.wakeups).
+"""
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Any, Protocol
+
+from channels.db import database_sync_to_async as db
+from daphne.ws_protocol import WebSocketProtocol
+from django.conf import settings
+
+from clients import selectors
+from sockets import delivered, delivery_rounds, protocol, wakeups, wire
+
+log = logging.getLogger(__name__)
+
+# Where an event dict of a read round keeps its frame text, once built.
+_REPLAY_FRAME = "frame:replay"
+_LIVE_FRAME = "frame:live"
+# ... and the same as websocket frame bytes (sockets.wire).
+_REPLAY_WIRE = "wire:replay"
+_LIVE_WIRE = "wire:live"
+
+
+class StreamSocket(Protocol):
+    """What a stream needs of its socket (sockets.consumers)."""
+
+    base_send: Any  # the server's ASGI send
+    wire: WebSocketProtocol | None  # Daphne's socket, or None
+    node: str
+
+    async def send(self, text_data: str | None = None) -> None: ...
+
+    async def close_with(self, code: int) -> None: ...
+
+
+class Stream:
+    """The delivery task of one socket, from ``ready`` to ``stop``."""
+
+    __slots__ = (
+        "client_id",
+        "polled_head",
+        "sent_through",
+        "socket",
+        "stopping",
+        "task",
+        "wake",
+    )
+
+    def __init__(self, socket: StreamSocket, client_id: uuid.UUID, head: int) -> None:
+        """Start delivering: the rows through ``head`` as replay, then live."""
+        self.socket = socket
+        self.client_id = client_id
+        self.sent_through = 0
+        # The queue head the hub's sweep last woke this stream for.
+        self.polled_head = head
+        self.wake = wakeups.WakeFlag()
+        self.stopping = False
+        wakeups.hub.add(client_id, self.wake)
+        self.task: asyncio.Task[None] | None = asyncio.create_task(
+            self._run(replay_through=head)
+        )
+
+    def poll(self, head: int) -> None:
+        """The hub's sweep read the queue's head: wake if it grew since the
+        last look (a doorbell may have been lost)."""
+        if head > self.polled_head:
+            self.polled_head = head
+            self.wake.set()
+
+    async def stop(self) -> None:
+        """End the delivery task and stop being woken; idempotent."""
+        wakeups.hub.discard(self.client_id, self.wake)
+        if self.task is not None:
+            # The flag ends the loop even if a cancel were lost.
+            self.stopping = True
+            self.wake.set()
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+            self.task = None
+
+    async def _run(self, *, replay_through: int) -> None:
+        """Replay what was queued before ``ready``, the marker, then live rows."""
+        try:
+            replayed = await self._replay(replay_through)
+            regions = await db(selectors.client_regions)(client_id=self.client_id)
+            await self.socket.send(
+                protocol.reply("marker", None, replayed=replayed, regions=regions)
+            )
+            await self._live()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivery to %s failed; closing the socket", self.client_id)
+            await self.socket.close_with(1011)
+
+    async def _replay(self, through: int) -> int:
+        """Send the rows through ``through``; return how many."""
+        batch, replayed = settings.DURABLECACHE_REPLAY_BATCH, 0
+        while rows := await self._next_batch(batch, through=through):
+            await self._send_rows(rows, replay=True)
+            replayed += len(rows)
+        return replayed
+
+    async def _live(self) -> None:
+        batch = settings.DURABLECACHE_REPLAY_BATCH
+        while not self.stopping:
+            self.wake.clear()
+            rows = await self._next_batch(batch)
+            if rows:
+                await self._send_rows(rows, replay=False)
+                if len(rows) >= batch:
+                    continue  # maybe more: read on at once
+            # A short batch is everything committed when it was read: what
+            # commits later rings after its commit, so after the clear
+            # above, and the wait returns at once. A read again before the
+            # wait would almost always find nothing. No timeout: the hub's
+            # sweep wakes a socket whose doorbell is lost and closes one
+            # whose client is gone or moved.
+            await self.wake.wait()
+
+    async def _send_rows(self, rows: list[Any], *, replay: bool) -> None:
+        # Straight to the server's send: Channels' two wrappers around it
+        # are two more coroutine calls per event frame.
+        send: Any = self.socket.base_send
+        frame = protocol.event_frame
+        # The sockets of one read round get the same dict for the same
+        # event (sockets.delivery_rounds), and the frame is the same text
+        # for all of them (seq is the log's): the first to send it builds
+        # it, once (docs/decisions/0009-prebuilt-event-frames.md).
+        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
+        # So is the websocket frame, header and all: written straight to
+        # Daphne's socket when nothing would differ (sockets.wire).
+        wired = _REPLAY_WIRE if replay else _LIVE_WIRE
+        sock = self.socket.wire
+        for event in rows:
+            text = event.get(cached)
+            if text is None:
+                text = event[cached] = frame(event, replay=replay)
+            direct = False
+            if sock is not None:
+                data = event.get(wired)
+                if data is None:
+                    data = event[wired] = wire.text_frame(text)
+                if direct := wire.writable(sock, len(data)):
+                    sock.sendData(data)  # autobahn's write, in order with its queue
+            if not direct:
+                await send({"type": "websocket.send", "text": text})
+            # Per row: a send may yield, and an ack of a row already sent
+            # must not be taken for an ack beyond what was sent.
+            self.sent_through = event["seq"]
+        delivered.counter.add(self.socket.node, len(rows))
+
+    async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
+        """Rows after what was sent; those that may conflate are marked
+        delivered in the same trip (sockets.delivery_rounds)."""
+        return await delivery_rounds.batcher().next_batch(
+            client_id=self.client_id,
+            sent_through=self.sent_through,
+            limit=limit,
+            through=through,
+        )
