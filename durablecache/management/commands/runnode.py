@@ -60,6 +60,25 @@ class Command(BaseCommand):
         Node(name, url, opts).run(self.stdout)
 
 
+def kept_message(name: str, left: int, *, others_up: bool) -> str:
+    """What a stopping node says of the queues it could not hand over.
+
+    They stay in its store and are served again when it starts; with no
+    other node up (the whole cluster stopping at once, as on Ctrl-C of
+    ``runcluster``) that is the expected outcome, not a fault.
+    """
+    kept = (
+        f"{name}: {left} queue(s) stay in {name}'s store, served again when "
+        f"{name} starts"
+    )
+    if not others_up:
+        return f"{kept} (no other node is up to take them)\n"
+    return (
+        f"{kept} (not handed over in time; a client with a complete copy on "
+        "another node is served there meanwhile)\n"
+    )
+
+
 class Node:
     def __init__(self, name: str, url: str, opts: dict[str, Any]) -> None:
         self.name, self.url, self.opts = name, url, opts
@@ -216,9 +235,10 @@ class Node:
                 heartbeat=self.heartbeat_while_draining,
             )
             if left:
-                sys.stderr.write(
-                    f"{self.name}: {left} queue(s) not handed over; kept here\n"
-                )
+                others = [
+                    n for n in replication.Membership.read().up() if n != self.name
+                ]
+                sys.stderr.write(kept_message(self.name, left, others_up=bool(others)))
             notify.close_node(self.name, CLOSE_SHUTDOWN)
         except Exception as exc:
             sys.stderr.write(f"{self.name}: drain failed: {exc}\n")
