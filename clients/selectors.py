@@ -24,6 +24,7 @@ from clients.models import (
     NodeSample,
     QueueSizeReport,
 )
+from clients.samples import SAMPLE_S
 from common import sql
 from common.errors import ConflictError
 from queues import selectors as queue_selectors
@@ -341,8 +342,17 @@ def client_history(*, durable_id: str, limit: int = 100) -> list[ClientHistory]:
     return list(ClientHistory.objects.filter(durable_id=durable_id)[:limit])
 
 
+# No sample for this long: the node (or the whole cluster) was down.
+SERIES_GAP = timedelta(seconds=3 * SAMPLE_S)
+
+
 def node_series(*, minutes: int = 30) -> dict[str, list[dict[str, Any]]]:
-    """Per node: queued events, and events in / out per second, over time."""
+    """Per node: queued events, and events in / out per second, over time.
+
+    Where a node took no sample for ``SERIES_GAP`` (it was down) a point of
+    nulls marks the gap, and the first sample after it has no rates: a
+    chart draws no line across a period nothing was measured in.
+    """
     since = timezone.now() - timedelta(minutes=minutes)
     series: dict[str, list[dict[str, Any]]] = {}
     previous: dict[str, NodeSample] = {}
@@ -354,7 +364,10 @@ def node_series(*, minutes: int = 30) -> dict[str, list[dict[str, Any]]]:
             "in": None,
             "out": None,
         }
-        if before is not None:
+        if before is not None and sample.at - before.at > SERIES_GAP:
+            gap = {"at": _gap_at(before.at), "queued": None, "in": None, "out": None}
+            series[sample.node].append(gap)
+        elif before is not None:
             seconds = max(0.001, (sample.at - before.at).total_seconds())
             point["in"] = round(max(0, sample.log_head - before.log_head) / seconds, 2)
             delivered = sample.delivered_total - before.delivered_total
@@ -362,6 +375,37 @@ def node_series(*, minutes: int = 30) -> dict[str, list[dict[str, Any]]]:
         series.setdefault(sample.node, []).append(point)
         previous[sample.node] = sample
     return series
+
+
+def cluster_series(*, minutes: int = 30) -> list[dict[str, Any]]:
+    """Events written per second in the whole cluster, over time.
+
+    The event-log head is the cluster's, so every node's samples measure
+    it: one point about every ``SAMPLE_S`` while any node samples, however
+    many are down, and a null point where none did for ``SERIES_GAP``.
+    """
+    since = timezone.now() - timedelta(minutes=minutes)
+    points: list[dict[str, Any]] = []
+    last: tuple[Any, int] | None = None
+    rows = NodeSample.objects.filter(at__gte=since).order_by("at")
+    for at, head in rows.values_list("at", "log_head"):
+        rate = None
+        if last is not None:
+            seconds = (at - last[0]).total_seconds()
+            if seconds < SAMPLE_S * 0.9:
+                continue  # another node's sample of about the same moment
+            if at - last[0] > SERIES_GAP:
+                points.append({"at": _gap_at(last[0]), "in": None})
+            else:
+                rate = round(max(0, head - last[1]) / seconds, 2)
+        points.append({"at": at.isoformat(), "in": rate})
+        last = (at, head)
+    return points
+
+
+def _gap_at(last_sample_at: Any) -> str:
+    """Where a gap's null point goes: when the next sample was due."""
+    return str((last_sample_at + timedelta(seconds=SAMPLE_S)).isoformat())
 
 
 def client_series(*, durable_id: str, minutes: int = 30) -> list[dict[str, Any]]:

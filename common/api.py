@@ -14,11 +14,13 @@ from django.http import Http404
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    extend_schema,
     extend_schema_field,
 )
-from rest_framework import exceptions, serializers, status
+from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.routers import APIRootView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from common.errors import DomainError, ValidationError
@@ -83,6 +85,24 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     message = _flatten(getattr(exc, "detail", str(exc)))
     response.data = {"error": {"code": code, "message": message}}
     return response
+
+
+@extend_schema(exclude=True)
+class ApiRootView(APIRootView):
+    """``/api/v1/``: the top-level endpoints, linked (DRF's API root).
+
+    Public like the schema: it names URLs and nothing else. In a browser
+    it is the browsable API's page, whose links lead on from there.
+    """
+
+    permission_classes = [permissions.AllowAny]
+    api_root_dict = {
+        "regions": "region-list",
+        "clients": "client-list",
+        "nodes": "node-list",
+        "schema": "schema",
+        "docs": "schema-swagger-ui",
+    }
 
 
 # --- Paging (DESIGN §4: lists are {"results": [...], "next": url or null}) ---

@@ -104,7 +104,12 @@ def counts(request: HttpRequest) -> JsonResponse:
 @operator_required
 @require_GET
 def node_series(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"nodes": client_selectors.node_series(minutes=30)})
+    return JsonResponse(
+        {
+            "nodes": client_selectors.node_series(minutes=30),
+            "cluster": client_selectors.cluster_series(minutes=30),
+        }
+    )
 
 
 # --- durable clients ----------------------------------------------------------

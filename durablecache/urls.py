@@ -3,8 +3,9 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from common.api import ApiRootView
 from durablecache import views
 
 urlpatterns = [
@@ -12,7 +13,15 @@ urlpatterns = [
     path("healthz/", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
     path("dashboard/", include("dashboard.urls")),
+    path("api/v1/", ApiRootView.as_view(), name="api-root"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The schema for people: Swagger UI from the node's own static files
+    # (drf-spectacular-sidecar), so it works without reaching any CDN.
+    path(
+        "api/v1/schema/swagger-ui/",
+        SpectacularSwaggerView.as_view(url_name="schema"),
+        name="schema-swagger-ui",
+    ),
     path("api/v1/", include("cache.api.urls")),
     path("api/v1/", include("clients.api.urls")),
     # Every 4xx under /api/ carries the JSON error body, unknown paths too:

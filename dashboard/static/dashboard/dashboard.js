@@ -117,6 +117,9 @@
       data: { datasets: [] },
       options: {
         animation: false, parsing: false, normalized: true,
+        // A null point is a period without samples (a node, or the whole
+        // cluster, was down): leave it blank rather than draw across it.
+        spanGaps: false,
         interaction: { mode: "nearest", intersect: false },
         scales: {
           x: { type: "linear", ticks: { callback: (v) => new Date(v).toTimeString().slice(0, 8), maxTicksLimit: 8 } },
@@ -126,7 +129,7 @@
       },
     });
   }
-  function points(list, field) { return list.filter((p) => p[field] !== null).map((p) => ({ x: Date.parse(p.at), y: p[field] })); }
+  function points(list, field) { return list.map((p) => ({ x: Date.parse(p.at), y: p[field] })); }
 
   const charts = $(".charts[data-series-url]");
   if (charts && window.Chart) {
@@ -135,8 +138,8 @@
     const load = () => fetch(charts.dataset.seriesUrl, { credentials: "same-origin" }).then((r) => r.json()).then((data) => {
       const names = Object.keys(data.nodes).sort();
       queued.data.datasets = names.map((n, i) => ({ label: n, data: points(data.nodes[n], "queued"), borderColor: palette[i % palette.length], pointRadius: 0 }));
-      const first = names[0];
-      rates.data.datasets = (first ? [{ label: "in (writes)", data: points(data.nodes[first], "in"), borderColor: "#57606a", borderDash: [4, 3], pointRadius: 0 }] : [])
+      // Writes are the cluster's, measured from every node's samples.
+      rates.data.datasets = [{ label: "in (writes)", data: points(data.cluster, "in"), borderColor: "#57606a", borderDash: [4, 3], pointRadius: 0 }]
         .concat(names.map((n, i) => ({ label: "out " + n, data: points(data.nodes[n], "out"), borderColor: palette[i % palette.length], pointRadius: 0 })));
       queued.update(); rates.update();
     }).catch(() => {});

@@ -1,6 +1,7 @@
 """``manage.py runcluster --nodes N --base-port P``: a local cluster."""
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -46,6 +47,41 @@ def start_embedded_redis() -> tuple[subprocess.Popen[bytes], str]:
     raise CommandError("the embedded Redis did not start")
 
 
+def describe_exit(returncode: int) -> str:
+    """How a node's process ended: ``signal 9`` or ``exit status 1``."""
+    if returncode < 0:
+        return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+class Keyboard:
+    """Lines typed on this command's standard input (the terminal of
+    ``make run``), where Enter asks to start the exited nodes again.
+
+    Closed when there is no input to read (``/dev/null``, CI): then it only
+    waits, and a cluster whose nodes have all exited ends.
+    """
+
+    def __init__(self) -> None:
+        self.is_open = sys.stdin is not None and not sys.stdin.closed
+
+    def enter_pressed(self, *, within: float) -> bool:
+        """Wait up to ``within`` seconds for a line; return whether one came."""
+        if self.is_open:
+            try:
+                readable, _, _ = select.select([sys.stdin], [], [], within)
+                if not readable:
+                    return False
+                if sys.stdin.readline():
+                    return True
+            except (OSError, ValueError):
+                pass
+            self.is_open = False  # end of input: nobody can press Enter
+            return False
+        time.sleep(within)
+        return False
+
+
 class Command(BaseCommand):
     help = "Run N nodes on this machine (and an embedded Redis if none is set)."
 
@@ -71,11 +107,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        procs = {}
-        for k in range(1, count + 1):
-            name, port = f"node-{k}", base + k - 1
-            env = processes.child_env(DURABLECACHE_REDIS_URL=redis_url)
-            env.pop("DURABLECACHE_NODE_NAME", None)
+        env = processes.child_env(DURABLECACHE_REDIS_URL=redis_url)
+        env.pop("DURABLECACHE_NODE_NAME", None)
+
+        def start(name: str, port: int) -> subprocess.Popen[bytes]:
             cmd = [
                 sys.executable,
                 str(processes.BASE_DIR / "manage.py"),
@@ -87,17 +122,36 @@ class Command(BaseCommand):
                 "--host",
                 opts["host"],
             ]
-            procs[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+            # No standard input: Enter is for this command (Keyboard).
+            return subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+        ports = {f"node-{k}": base + k - 1 for k in range(1, count + 1)}
+        procs = {name: start(name, port) for name, port in ports.items()}
+        keyboard = Keyboard()
+        exited: set[str] = set()
         try:
             while not stopping:
                 for name, proc in procs.items():
-                    if proc.poll() is not None and not stopping:
-                        self.stderr.write(f"{name} exited with {proc.returncode}")
-                        procs[name] = proc  # keep reporting once
-                time.sleep(0.5)
-                procs = {n: p for n, p in procs.items() if p.poll() is None}
-                if not procs:
+                    if proc.poll() is None or name in exited or stopping:
+                        continue
+                    exited.add(name)
+                    hint = "; press Enter here to start it again"
+                    self.stderr.write(
+                        f"{name} exited ({describe_exit(proc.returncode)})"
+                        + (hint if keyboard.is_open else "")
+                    )
+                if len(exited) == len(procs) and not keyboard.is_open:
                     raise CommandError("every node has exited")
+                if keyboard.enter_pressed(within=0.5) and not stopping:
+                    if not exited:
+                        self.stdout.write("every node is running")
+                    for name in sorted(exited):
+                        self.stdout.write(f"starting {name} again")
+                        procs[name] = start(name, ports[name])
+                    exited.clear()
+                    self.stdout.flush()
         finally:
             for proc in procs.values():
                 if proc.poll() is None:

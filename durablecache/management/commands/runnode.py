@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.validation import validate_name
-from clients import replication
+from clients import placement, replication
 from clients import services as client_services
 from clients.dispatch import tick_on
 from durablecache.supervision import liveness, processes
@@ -58,6 +58,25 @@ class Command(BaseCommand):
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)  # fails when already a group (or session) leader
         Node(name, url, opts).run(self.stdout)
+
+
+def kept_message(name: str, left: int, *, others_up: bool) -> str:
+    """What a stopping node says of the queues it could not hand over.
+
+    They stay in its store and are served again when it starts; with no
+    other node up (the whole cluster stopping at once, as on Ctrl-C of
+    ``runcluster``) that is the expected outcome, not a fault.
+    """
+    kept = (
+        f"{name}: {left} queue(s) stay in {name}'s store, served again when "
+        f"{name} starts"
+    )
+    if not others_up:
+        return f"{kept} (no other node is up to take them)\n"
+    return (
+        f"{kept} (not handed over in time; a client with a complete copy on "
+        "another node is served there meanwhile)\n"
+    )
 
 
 class Node:
@@ -216,9 +235,8 @@ class Node:
                 heartbeat=self.heartbeat_while_draining,
             )
             if left:
-                sys.stderr.write(
-                    f"{self.name}: {left} queue(s) not handed over; kept here\n"
-                )
+                others = [n for n in placement.Membership.read().up() if n != self.name]
+                sys.stderr.write(kept_message(self.name, left, others_up=bool(others)))
             notify.close_node(self.name, CLOSE_SHUTDOWN)
         except Exception as exc:
             sys.stderr.write(f"{self.name}: drain failed: {exc}\n")

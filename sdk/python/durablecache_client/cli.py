@@ -1,7 +1,10 @@
 """Command line: `python -m durablecache_client subscribe ...`.
 
-Prints every event as one JSON line on stdout and the replay marker as a
-JSON line with `"type": "marker"`; Ctrl-C (or SIGTERM) closes the client.
+Prints one JSON line on stdout for everything the subscriber learns: the
+node it connected to (`"type": "connected"`, then `"reconnected"` after
+each reconnect or failover), the image of its interest (`"image"`), every
+event (`"event"`) and the replay marker (`"marker"`). Ctrl-C (or SIGTERM)
+closes the client.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any, TextIO
 
 from .client import AsyncDurableClient
 from .errors import DurableCacheError
-from .events import CacheListener, EntryEvent, Marker
+from .events import CacheListener, EntryEvent, Marker, Welcome
+from .region import Region
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +76,38 @@ class _JsonLinePrinter(CacheListener):
     def event(self, event: EntryEvent) -> None:
         self.emit({"type": "event", **event.to_json_dict()})
 
+    def welcome(self, welcome: Welcome, *, reconnect: bool) -> None:
+        data: dict[str, Any] = {
+            "type": "reconnected" if reconnect else "connected",
+            "node": welcome.node,
+            "url": welcome.url,
+            "durable_id": welcome.durable_id,
+            "primary": welcome.primary,
+            "secondaries": welcome.secondaries,
+            "redundancy_satisfied": welcome.redundancy_satisfied,
+            "pending_events": welcome.pending_event_count,
+        }
+        if welcome.raw.get("gap") is not None:
+            data["gap"] = welcome.raw["gap"]
+        self.emit(data)
+
+    def reconnected(self, welcome: Welcome) -> None:
+        self.welcome(welcome, reconnect=True)
+
+    def image(self, region: Region, count: int, policy: str) -> None:
+        """The entries (or keys) the interest's image put in the cache."""
+        data: dict[str, Any] = {"type": "image", "region": region.name}
+        data["count"] = count
+        snapshot = sorted(region.snapshot().items())
+        if policy == "keys":
+            data["keys"] = [key for key, _ in snapshot]
+        else:
+            data["entries"] = [
+                {"key": key, "value": value, "version": version}
+                for key, (value, version) in snapshot
+            ]
+        self.emit(data)
+
     def marker(self, marker: Marker) -> None:
         self.emit(
             {"type": "marker", "replayed": marker.replayed, "regions": marker.regions}
@@ -101,16 +137,13 @@ async def subscribe(
         token=args.token,
         default_listener=printer,
         on_marker=printer.marker,
+        on_reconnect=printer.reconnected,
         **client_options,
     )
     try:
-        welcome = await client.connect()
-        err.write(
-            f"connected to {welcome.node} ({welcome.url}), "
-            f"pending_events={welcome.pending_event_count}\n"
-        )
+        printer.welcome(await client.connect(), reconnect=False)
         count = await _register(client, args)
-        err.write(f"registered interest in {args.region}: image of {count}\n")
+        printer.image(client.region(args.region), count, args.policy)
         await client.ready_for_events()
         stopped = asyncio.ensure_future(stop.wait())
         ended = asyncio.ensure_future(client.wait_closed())

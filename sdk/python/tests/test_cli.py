@@ -75,6 +75,8 @@ async def test_subscribe_prints_events_and_marker_then_closes_on_stop(fake_serve
     await conn.marker(1, ["r"])
     await conn.event("e2", 2, "b", "create", "new", 1)
 
+    assert (await out.next_json())["type"] == "connected"
+    assert (await out.next_json())["type"] == "image"
     first = await out.next_json()
     marker = await out.next_json()
     live = await out.next_json()
