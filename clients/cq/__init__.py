@@ -1,8 +1,21 @@
 """Continuous-query language: parse, compile and judge CQ queries (§3.1).
 
-Pure Python, no Django: the doors and the fan-out call it.
+Pure Python, no Django: the doors and the fan-out call it. docs/cq.md
+describes the language, its evaluation rules, limits and messages.
+
+    query = compile_query("SELECT * FROM /orders o WHERE o.qty > 5", region="orders")
+    query.cq_op("k1", None, {"qty": 7})            # "create"
 """
 
+from clients.cq.canonical import canonical_text, fingerprint, normalize, same_query
+from clients.cq.compile import (
+    REGION_OPS,
+    CompiledQuery,
+    CqOp,
+    RegionOp,
+    compile_query,
+    membership_op,
+)
 from clients.cq.errors import (
     MAX_COMPARISONS,
     MAX_IN_ITEMS,
@@ -22,7 +35,17 @@ __all__ = [
     "MAX_PATH_SEGMENTS",
     "MAX_QUERY_CHARS",
     "MAX_STRING_CHARS",
+    "REGION_OPS",
+    "CompiledQuery",
+    "CqOp",
     "Query",
     "QueryError",
+    "RegionOp",
+    "canonical_text",
+    "compile_query",
+    "fingerprint",
+    "membership_op",
+    "normalize",
     "parse_query",
+    "same_query",
 ]
