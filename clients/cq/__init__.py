@@ -5,6 +5,7 @@ describes the language, its evaluation rules, limits and messages.
 
     query = compile_query("SELECT * FROM /orders o WHERE o.qty > 5", region="orders")
     query.cq_op("k1", None, {"qty": 7})            # "create"
+    CqSet({"big": query}).judge("k1", {"qty": 7}, None)  # [("big", "destroy")]
 """
 
 from clients.cq.canonical import canonical_text, fingerprint, normalize, same_query
@@ -25,6 +26,7 @@ from clients.cq.errors import (
     MAX_STRING_CHARS,
     QueryError,
 )
+from clients.cq.judge import CqSet, judge_many
 from clients.cq.parser import parse_query
 from clients.cq.tree import Query
 
@@ -38,12 +40,14 @@ __all__ = [
     "REGION_OPS",
     "CompiledQuery",
     "CqOp",
+    "CqSet",
     "Query",
     "QueryError",
     "RegionOp",
     "canonical_text",
     "compile_query",
     "fingerprint",
+    "judge_many",
     "membership_op",
     "normalize",
     "parse_query",
