@@ -111,7 +111,7 @@ export class DurableClient {
    * Called again, it resolves with the current welcome.
    */
   connect(): Promise<Welcome> {
-    this.checkOpen();
+    if (this.closed) return Promise.reject(this.fatal ?? new ClientClosedError());
     if (!this.started) {
       this.started = true;
       void this.run();
@@ -144,10 +144,10 @@ export class DurableClient {
   }
 
   /** Resolve with the `marker` of the current session once it came. */
-  waitForMarker(): Promise<Marker> {
+  async waitForMarker(): Promise<Marker> {
     this.checkStarted();
     const session = this.session;
-    if (session?.marker && !session.isClosed) return Promise.resolve(session.marker);
+    if (session?.marker && !session.isClosed) return session.marker;
     return this.delivery.nextMarker();
   }
 

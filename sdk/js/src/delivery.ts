@@ -46,7 +46,7 @@ export class Delivery {
   /** The highest seq delivered: the `since` of a recovery. */
   lastSeq: number | null = null;
   marker: Marker | null = null;
-  readonly dispatcher = new Dispatcher();
+  readonly dispatcher = new Dispatcher((error) => this.failed(error));
   private readonly seen: SeenIds;
   private markerWaiters: Array<{ resolve(marker: Marker): void; reject(error: Error): void }> = [];
   private ackTimer: TimerHandle = null;
@@ -226,6 +226,14 @@ export class Delivery {
     const onError = this.options.onError;
     if (onError !== undefined)
       this.dispatcher.push(() => invoke(undefined, onError, error, () => undefined));
+  }
+
+  /** A task failed outside any listener: a frame the client could not handle. */
+  private failed(error: unknown): void {
+    const onError = this.options.onError;
+    const failure = new DurableCacheError("client_error", String(error), { cause: error });
+    if (onError === undefined) console.error("durablecache:", error);
+    else invoke(undefined, onError, failure, () => undefined);
   }
 
   private listenerFailed(error: unknown): void {

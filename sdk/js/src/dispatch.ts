@@ -53,6 +53,9 @@ export class Dispatcher {
   private synchronous = false;
   private idle: Array<() => void> = [];
 
+  /** `onError` gets what a task threw. */
+  constructor(private readonly onError: (error: unknown) => void) {}
+
   /** True while a task runs its synchronous part (a listener is on the stack). */
   get inTask(): boolean {
     return this.synchronous;
@@ -78,12 +81,14 @@ export class Dispatcher {
         this.synchronous = true;
         try {
           result = task();
+        } catch (error) {
+          // Tasks report listener failures themselves (invoke): this is a
+          // malformed frame or a bug, and must not stop delivery.
+          this.onError(error);
         } finally {
           this.synchronous = false;
         }
-        // Tasks report their own failures (invoke); a rejection here is a
-        // bug in the client and must not stop delivery.
-        if (isThenable(result)) await Promise.resolve(result).catch(() => undefined);
+        if (isThenable(result)) await Promise.resolve(result).catch(this.onError);
       }
     } finally {
       this.running = false;

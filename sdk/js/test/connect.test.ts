@@ -300,7 +300,7 @@ test("requests before connect() and after close() are refused", async () => {
   socket.reply("close", { type: "closed", keepalive: false });
   await closing;
   await assert.rejects(client.region("prices").put("k", 1), ClientClosedError);
-  assert.throws(() => client.connect(), ClientClosedError);
+  await assert.rejects(client.connect(), ClientClosedError);
 });
 
 test("the constructor checks its options", () => {

@@ -248,3 +248,13 @@ test("close without an answer gives up after closeTimeout", async () => {
   await closing;
   assert.equal(socket.last("close")["keepalive"], false);
 });
+
+test("a frame the client cannot handle goes to onError and delivery goes on", async () => {
+  const { client, socket, errors, recorder } = await subscribed();
+  await client.readyForEvents();
+  socket.receive({ ...event(1, "k", "create", 1, 1), region: "not a region name" });
+  socket.receive(event(2, "k", "create", 2, 1));
+  await flush();
+  assert.equal((errors[0] as { code?: string }).code, "client_error");
+  assert.deepEqual(recorder.calls, ["create k 2"]);
+});
