@@ -6,7 +6,7 @@ NODES ?= 3
 PORT ?= 8000
 DATA_DIR ?= $(or $(DURABLECACHE_DATA_DIR),var)
 
-.PHONY: install run test test-stock lint format clean
+.PHONY: install run test test-stock test-js lint format clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,16 +35,26 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(PY) -m mypy --config-file sdk/python/pyproject.toml sdk/python/durablecache_client
 	$(VENV)/bin/lint-imports
 
 format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-test: lint browser
+test: lint browser test-js
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py check
 	$(PY) -m pytest
+
+# The TypeScript client's unit tests (Node >= 20 and npm); skipped with the
+# reason where npm is missing, except in CI (DURABLECACHE_REQUIRE_BROWSER=1).
+test-js:
+	@if command -v npm >/dev/null; then \
+	  cd sdk/js && npm ci --no-audit --no-fund --loglevel=error && npm test; \
+	elif [ -n "$$DURABLECACHE_REQUIRE_BROWSER" ]; then \
+	  echo "npm is missing: the TypeScript client cannot be tested"; exit 1; \
+	else echo "no npm: the TypeScript client's tests are skipped"; fi
 
 # The end-to-end tests on the stock stack: every piece of durablecache.server
 # off (stock Daphne, Django's ASGI handler and SQLite backend). CI runs it

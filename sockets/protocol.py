@@ -118,7 +118,7 @@ def reply(frame_type: str, req_id: str | None, **fields: Any) -> str:
 
 
 def event_frame(event: dict[str, Any], *, replay: bool) -> str:
-    """An ``event`` frame (DESIGN §3) around the value's stored JSON text.
+    """An ``event`` frame (docs/protocol.md) around the value's stored JSON text.
 
     The value is validated as RFC 8259 JSON when it is written, and stored
     as JSON text: embedding that text saves a decode and an encode per

@@ -1,6 +1,6 @@
 """The registration frames of a socket: interests and their initial images.
 
-DESIGN.md section 3; every decision is a ``clients`` service or selector.
+docs/protocol.md; every decision is a ``clients`` service or selector.
 """
 
 import uuid

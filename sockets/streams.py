@@ -1,6 +1,6 @@
 """A socket's delivery once ``ready``: replay, the marker, then live rows.
 
-DESIGN.md section 3. One task per delivering socket reads its rows in the
+docs/protocol.md. One task per delivering socket reads its rows in the
 process's read rounds (sockets.delivery_rounds) and sends them as event
 frames; between reads it waits on its wake flag, which the process's hub
 sets (sockets.wakeups).
