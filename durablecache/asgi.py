@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP to Django, websockets through origin and token checks."""
 
+import json
 import os
 from typing import Any
 from urllib.parse import unquote
@@ -24,7 +25,7 @@ django_asgi_app = PooledASGIHandler()
 # Imported after the app registry is ready (channels#2068).
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.urls import get_resolver, path  # noqa: E402
+from django.urls import Resolver404, get_resolver, path, resolve  # noqa: E402
 
 from clients.middleware import OriginCheckMiddleware  # noqa: E402
 from clients.routing import websocket_urlpatterns  # noqa: E402
@@ -38,12 +39,21 @@ class EncodedSlashMiddleware:
     ASGI servers decode the path before routing; an entry key may hold "/",
     and the URL's ``%2F`` is part of the key, so the raw path is re-decoded
     segment by segment with decoded slashes swapped for ENCODED_SLASH.
+
+    A path that holds ENCODED_SLASH itself (sent as ``%1F``, or raw) would
+    have it read as a slash by the converter: a request naming an entry
+    through such a path is refused here with 400, the answer to a key
+    holding a control character (DESIGN §1), and reaches no view, so no
+    request reaches a key other than the one it names. Elsewhere (a region
+    name, a durable id) the character stays as it is, and those views
+    refuse it as a name nothing can have.
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        sent_stand_in = ENCODED_SLASH in scope.get("path", "")
         raw = scope.get("raw_path")
         if raw and b"%2f" in raw.lower():
             raw_text = raw.decode("latin-1").split("?", 1)[0]
@@ -51,7 +61,36 @@ class EncodedSlashMiddleware:
                 unquote(seg).replace("/", ENCODED_SLASH) for seg in raw_text.split("/")
             ]
             scope = dict(scope, path="/".join(segments))
+        if sent_stand_in and _names_an_entry(scope):
+            return await _refuse_key(send)
         return await self.app(scope, receive, send)
+
+
+def _names_an_entry(scope: dict[str, Any]) -> bool:
+    """Whether the path routes to a view of one entry (a ``key`` in it)."""
+    path = scope["path"].removeprefix(scope.get("root_path", ""))
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return False
+    return "key" in match.kwargs
+
+
+async def _refuse_key(send: Any) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": "bad_field",
+                "message": "key must not contain control characters",
+            }
+        }
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 # Subscribers authenticate by token (clients.routing), dashboard pages by
