@@ -14,11 +14,13 @@ from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
 from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
 from durablecache.frozen_heap import freeze_startup_heap  # noqa: E402
 from durablecache.http import PooledASGIHandler  # noqa: E402
+from durablecache.oversized_frames import oversized_frames_close_4413  # noqa: E402
 from durablecache.small_frames import small_frames_without_cffi  # noqa: E402
 
 quiet_frame_logging()
 eager_websocket_writes()
 small_frames_without_cffi()
+oversized_frames_close_4413()
 
 django_asgi_app = PooledASGIHandler()
 
