@@ -10,6 +10,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durablecache.settings")
 django.setup(set_prefix=False)
 
+from durablecache.closed_sends import quiet_sends_after_close  # noqa: E402
 from durablecache.eager_writes import eager_websocket_writes  # noqa: E402
 from durablecache.frame_logging import quiet_frame_logging  # noqa: E402
 from durablecache.frozen_heap import freeze_startup_heap  # noqa: E402
@@ -21,6 +22,7 @@ quiet_frame_logging()
 eager_websocket_writes()
 small_frames_without_cffi()
 oversized_frames_close_4413()
+quiet_sends_after_close()
 
 django_asgi_app = PooledASGIHandler()
 
