@@ -256,10 +256,19 @@ def client_hello(
             added = top_up(client, members, hosted_load)
         client.save()
         history.record(client, "connected", detail="queue lost" if lost else "")
-    pending = queue_selectors.queue_size(client_id=client.id)
-    queue_services.queue_ensure(
-        client_id=client.id, durable_id=durable_id, conflate=client.conflate
-    )
+        pending = queue_selectors.queue_size(client_id=client.id)
+        if pending == NO_QUEUE:
+            # Created before the row commits, so whoever can see the client
+            # sees its queue: created after, a backend could pre-register
+            # interest in between and the fan-out skip a write for want of
+            # a queue. ``maintenance.drop_orphans`` waits for the row.
+            queue_services.queue_ensure(
+                client_id=client.id, durable_id=durable_id, conflate=client.conflate
+            )
+    if pending != NO_QUEUE:  # its mode, as this hello says
+        queue_services.queue_ensure(
+            client_id=client.id, durable_id=durable_id, conflate=client.conflate
+        )
     # The copies start from this node's queue, which exists only now.
     start_copies(client.id, added, node)
     if lost or (returning and pending == NO_QUEUE):
@@ -451,11 +460,14 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
                 disconnected_at=now,
                 expires_at=now + timedelta(seconds=timeout),
             )
+            # Before the row commits, as ``client_hello`` creates it: a
+            # first hello that came between the two took the id's queue
+            # for lost.
+            queue_services.queue_ensure(
+                client_id=client.id, durable_id=durable_id, conflate=client.conflate
+            )
     except IntegrityError:
         return client_get_for(user=user, durable_id=durable_id)
-    queue_services.queue_ensure(
-        client_id=client.id, durable_id=durable_id, conflate=client.conflate
-    )
     return client
 
 
