@@ -87,7 +87,11 @@ def parse_frame(text: str) -> tuple[dict[str, Any], str | None, bool]:
         # (1e999, 5000 digits): JSON, read again with it kept as infinite.
         try:
             frame = _OUT_OF_RANGE.decode(text)
-        except (ValueError, RecursionError):
+        except RecursionError as deep:
+            raise BadJsonError(
+                "nested too deeply to parse", req_id=deep_frame_id(text)
+            ) from deep
+        except ValueError:
             raise BadJsonError(f"not valid JSON: {exc}") from exc
         out_of_range = True
     if not isinstance(frame, dict):

@@ -76,6 +76,13 @@ AFTER_HELLO = [
         '{"type": "ready", "x": ' + "[" * 50_000 + "]" * 50_000 + ', "id": "q"}',
         "bad_json",
     ),
+    (  # out of range, then too deep for the parser (found by the fuzz)
+        '{"id": "q", "type": "ready", "n": 1e999, "x": '
+        + "[" * 50_000
+        + "]" * 50_000
+        + "}",
+        "bad_json",
+    ),
 ]
 
 
