@@ -3,7 +3,7 @@
 import json
 import os
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 import django
 
@@ -44,20 +44,21 @@ class EncodedSlashMiddleware:
     and the URL's ``%2F`` is part of the key, so the raw path is re-decoded
     segment by segment with decoded slashes swapped for ENCODED_SLASH.
 
-    A path that holds ENCODED_SLASH itself (sent as ``%1F``, or raw) would
-    have it read as a slash by the converter: a request naming an entry
-    through such a path is refused here with 400, the answer to a key
-    holding a control character (DESIGN §1), and reaches no view, so no
-    request reaches a key other than the one it names. Elsewhere (a region
-    name, a durable id) the character stays as it is, and those views
-    refuse it as a name nothing can have.
+    A request naming an entry through a path that would make it name
+    another key is refused here with 400 and reaches no view (DESIGN §1):
+    one that holds ENCODED_SLASH itself (sent as ``%1F``, or raw), which
+    the converter would read as a slash, and one whose percent-escapes are
+    not UTF-8 (``%FF``, an overlong ``%C0%AF``), which the server decoded
+    to U+FFFD, the key ``%EF%BF%BD`` names. Elsewhere (a region name, a
+    durable id) such a path is left as it is, and those views refuse it
+    as a name nothing can have.
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        sent_stand_in = ENCODED_SLASH in scope.get("path", "")
+        refusal = _refusal(scope)
         raw = scope.get("raw_path")
         if raw and b"%2f" in raw.lower():
             raw_text = raw.decode("latin-1").split("?", 1)[0]
@@ -65,9 +66,23 @@ class EncodedSlashMiddleware:
                 unquote(seg).replace("/", ENCODED_SLASH) for seg in raw_text.split("/")
             ]
             scope = dict(scope, path="/".join(segments))
-        if sent_stand_in and _names_an_entry(scope):
-            return await _refuse_key(send)
+        if refusal and _names_an_entry(scope):
+            return await _refuse_key(send, refusal)
         return await self.app(scope, receive, send)
+
+
+def _refusal(scope: dict[str, Any]) -> str | None:
+    """Why a key in this path could not be the one the client sent, if so."""
+    path = scope.get("path", "")
+    if ENCODED_SLASH in path:
+        return "key must not contain control characters"
+    raw = scope.get("raw_path")
+    if "\ufffd" in path and raw:
+        try:
+            unquote_to_bytes(raw.split(b"?", 1)[0]).decode("utf-8")
+        except UnicodeDecodeError:
+            return "key must be UTF-8, percent-encoded"
+    return None
 
 
 def _names_an_entry(scope: dict[str, Any]) -> bool:
@@ -80,15 +95,8 @@ def _names_an_entry(scope: dict[str, Any]) -> bool:
     return "key" in match.kwargs
 
 
-async def _refuse_key(send: Any) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": "bad_field",
-                "message": "key must not contain control characters",
-            }
-        }
-    ).encode()
+async def _refuse_key(send: Any, message: str) -> None:
+    body = json.dumps({"error": {"code": "bad_field", "message": message}}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -131,3 +131,30 @@ async def test_slashes_and_percents_still_round_trip(token, paths_region, segmen
     assert (status, body["key"]) == (200, key), body
     status, body = await call(token, "GET", url)
     assert (status, body["key"], body["value"]) == (200, key, 7), body
+
+
+# Percent-escapes that are not UTF-8 (a lone byte, an overlong "/") were
+# read as U+FFFD: the key "\ufffd" that "%EF%BF%BD" names.
+NOT_UTF8_KEYS = ["%FF", "a%FFb", "%C0%AF", "%ED%A0%80", "%E2%82"]
+
+
+@pytest.mark.parametrize("segment", NOT_UTF8_KEYS)
+async def test_a_key_that_is_not_utf8_is_refused_by_every_door(
+    token, paths_region, segment
+):
+    url = f"{BASE}/entries/{segment}/"
+    for method, path in [
+        ("PUT", url),
+        ("GET", url),
+        ("DELETE", url),
+        ("POST", f"{url}invalidate/"),
+    ]:
+        status, body = await call(token, method, path, {"value": 1})
+        assert status == 400, (method, body)
+        assert body["error"]["code"] == "bad_field", body
+    assert await database_sync_to_async(live_keys)() == ["/"]
+
+
+async def test_the_replacement_character_itself_is_a_key(token, paths_region):
+    status, body = await call(token, "PUT", f"{BASE}/entries/%EF%BF%BD/", {"value": 1})
+    assert (status, body["key"]) == (200, "\ufffd"), body
