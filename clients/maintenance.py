@@ -173,24 +173,57 @@ def drop_orphans() -> int:
     queue rows read are dropped: a ``hello`` may commit a new client's row
     and create its queue between the two reads (or drop a stale queue and
     start afresh), and that queue is not an orphan.
+
+    A queue is created just before its client's row commits, in the same
+    transaction (``services.client_hello``, ``client_ensure_offline``), so
+    a queue whose row is missing may be one whose row is about to commit:
+    such rows are read again once every transaction writing client rows
+    has ended (``_hosted_here`` with ``after_writers``), and only the
+    queues still unclaimed then are orphans.
     """
     hosted = queue_selectors.queue_created_at()
     if not hosted:
         return 0
     node = placement.self_node()
-    keep = {
-        pk
-        for pk, primary, secondaries in DurableClient.objects.filter(
-            pk__in=list(hosted)
-        ).values_list("pk", "primary", "secondaries")
-        if node in (primary, *secondaries)
-    }
-    # A queue is created just after its client row commits, never before, so
-    # a queue without a row is one whose client was deleted; a queue whose
-    # client moved to other hosts is a stale copy.
+    keep = _hosted_here(list(hosted), node)
+    unclaimed = [pk for pk in hosted if pk not in keep]
+    if unclaimed:
+        keep |= _hosted_here(unclaimed, node, after_writers=True)
     return queue_services.queue_drop_orphans(
         orphans={pk: at for pk, at in hosted.items() if pk not in keep}
     )
+
+
+def _hosted_here(
+    client_ids: list[uuid.UUID], node: str, *, after_writers: bool = False
+) -> set[uuid.UUID]:
+    """Which of these clients have a row naming ``node`` as a host.
+
+    ``after_writers``: read once the transactions writing client rows at
+    the time have ended (their rows committed or not), which the read
+    waits for: PostgreSQL's SHARE lock on the table waits for every
+    transaction that inserted or updated a row of it; on SQLite the
+    transaction's ``BEGIN IMMEDIATE`` waits for the writer. Only for
+    queues without a claiming row, which are rare.
+    """
+
+    def read() -> set[uuid.UUID]:
+        return {
+            pk
+            for pk, primary, secondaries in DurableClient.objects.filter(
+                pk__in=client_ids
+            ).values_list("pk", "primary", "secondaries")
+            if node in (primary, *secondaries)
+        }
+
+    if not after_writers:
+        return read()
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            table = sql.table(DurableClient, connection)
+            with connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {table} IN SHARE MODE")
+        return read()
 
 
 def vacuum_churned() -> list[str]:

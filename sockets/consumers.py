@@ -146,17 +146,24 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         req_id, frame_type = None, None
         try:
             if bytes_data is not None:
-                raise protocol.BadJsonError("binary frames are not accepted")
-            frame, req_id = protocol.parse_frame(text_data or "")
+                raise protocol.BadJsonError(
+                    "binary frames are not accepted",
+                    req_id=protocol.binary_frame_id(bytes_data),
+                )
+            frame, req_id, needs_check = protocol.parse_frame(text_data or "")
             frame_type = frame.get("type")
             protocol.check_type(frame)
             if self.client is None and frame_type != "hello":
                 raise ValidationError("the first frame must be hello")
+            if needs_check:
+                protocol.check_fields(frame)
             if frame_type != "put" and self.puts is not None:
                 await self.puts.drained()  # answered after every earlier put
             await getattr(self, f"on_{frame_type}")(frame, req_id)
             self.bad_frames = 0
         except DomainError as exc:
+            if isinstance(exc, protocol.BadJsonError) and exc.req_id is not None:
+                req_id = exc.req_id  # read from a frame the parser refused
             # A hello with a bad field is a bad frame like any other; only a
             # first frame that is not a hello at all is fatal at once.
             fatal = self.client is None and frame_type != "hello"

@@ -7,7 +7,9 @@ from django.urls import path, register_converter
 from cache.api import views
 
 # What a decoded "%2F" inside a path segment becomes before routing; keys
-# never hold it (category Cc). durablecache.asgi imports it from here,
+# never hold it (category Cc), and durablecache.asgi refuses (400) a path
+# naming an entry that holds it itself (a "%1F"), so it never stands for
+# anything but a slash. durablecache.asgi imports it from here,
 # which is not imported here because asgi.py builds the whole application.
 ENCODED_SLASH = "\x1f"
 

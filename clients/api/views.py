@@ -129,6 +129,7 @@ class InterestListView(APIView):
         "key) as a page with `next` null.",
     )
     def post(self, request: Request, durable_id: str) -> Response:
+        services.client_check_claim(user=request.user, durable_id=durable_id)
         serializer = InterestCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         client = services.client_ensure_offline(
@@ -202,10 +203,12 @@ class CqListView(APIView):
     @extend_schema(
         request=CqSerializer,
         # The body is not read (no 415), but the size limit still holds (413).
-        responses=error_responses(400, 413, write=True),
-        description="Not implemented yet: always 400 `bad_query`.",
+        responses=error_responses(400, 404, 413, write=True),
+        description="Not implemented yet: 400 `bad_query`, once the id is "
+        "known to be the caller's or no one's (another owner's: 404).",
     )
     def post(self, request: Request, durable_id: str) -> Response:
+        services.client_check_claim(user=request.user, durable_id=durable_id)
         raise ValidationError(
             "continuous queries are not supported yet", code="bad_query"
         )

@@ -24,6 +24,7 @@ from clients.services.interests import (
 )
 from clients.services.ownership import (
     CLOSE_BY_OPERATOR,
+    client_check_claim,
     client_delete,
     client_ensure_offline,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "NO_QUEUE",
     "QUEUE_LOST",
     "HelloResult",
+    "client_check_claim",
     "client_close",
     "client_delete",
     "client_disconnected",

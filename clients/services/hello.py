@@ -123,7 +123,8 @@ def client_hello(*, user: Any, socket_id: str, options: dict[str, Any]) -> Hello
             _queue_start_afresh(client, node)
         added = _attach_here(client, socket_id, options, members, now)
         history.record(client, "connected", detail="queue lost" if lost else "")
-    pending = _queue_ready(client, added, node)
+        pending = _queue_created(client)
+    _queue_ready(client, added, node, pending)
     if lost or (returning and pending == NO_QUEUE):
         # A known durable client whose queue is gone from its host (its
         # store was lost): say so rather than hand it an empty queue.
@@ -292,13 +293,30 @@ def _attach_here(
     return added
 
 
-def _queue_ready(client: DurableClient, added: list[str], node: str) -> int:
-    """Create the client's queue here if missing and start the new copies
-    from it; return its size before (``NO_QUEUE``: there was none)."""
+def _queue_created(client: DurableClient) -> int:
+    """Create the client's queue here if missing, inside the hello's
+    transaction; return its size before (``NO_QUEUE``: there was none).
+
+    Created before the client's row commits, so whoever can see the client
+    sees its queue: created after, a backend could pre-register interest
+    in between and the fan-out skip a write for want of a queue
+    (``maintenance.drop_orphans`` waits for the row).
+    """
     pending = queue_selectors.queue_size(client_id=client.id)
-    queue_services.queue_ensure(
-        client_id=client.id, durable_id=client.durable_id, conflate=client.conflate
-    )
-    # The copies start from this node's queue, which exists only now.
-    start_copies(client.id, added, node)
+    if pending == NO_QUEUE:
+        queue_services.queue_ensure(
+            client_id=client.id, durable_id=client.durable_id, conflate=client.conflate
+        )
     return pending
+
+
+def _queue_ready(
+    client: DurableClient, added: list[str], node: str, pending: int
+) -> None:
+    """Give an existing queue the mode this hello says, then start the new
+    copies from this node's queue."""
+    if pending != NO_QUEUE:
+        queue_services.queue_ensure(
+            client_id=client.id, durable_id=client.durable_id, conflate=client.conflate
+        )
+    start_copies(client.id, added, node)

@@ -59,12 +59,29 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
                 disconnected_at=now,
                 expires_at=now + timedelta(seconds=timeout),
             )
+            # Before the row commits, as ``client_hello`` creates it: a
+            # first hello that came between the two took the id's queue
+            # for lost.
+            queue_services.queue_ensure(
+                client_id=client.id, durable_id=durable_id, conflate=client.conflate
+            )
     except IntegrityError:
         return selectors.client_visible_to(user=user, durable_id=durable_id)
-    queue_services.queue_ensure(
-        client_id=client.id, durable_id=durable_id, conflate=client.conflate
-    )
     return client
+
+
+def client_check_claim(*, user: Any, durable_id: str) -> None:
+    """Raise unless ``durable_id`` is a valid id that names no client yet,
+    or a client ``user`` may see.
+
+    The REST doors that may create a client call it before they read the
+    request's body: another owner's client is a 404 whatever the body
+    says, as the websocket door answers 4403 before it reads a field.
+    """
+    validate_name(durable_id, what="durable_id")
+    client = DurableClient.objects.filter(durable_id=durable_id).first()
+    if client is not None and not (user.is_staff or client.owner_id == user.pk):
+        raise UnknownClientError(f"no durable client {durable_id!r}")
 
 
 def clients_purge(clients: list[DurableClient]) -> None:

@@ -26,9 +26,9 @@ def python() -> str:
 
 
 def daphne_command(host: str, port: int) -> list[str]:
-    # Daphne must accept frames a little over our own limit, so the consumer
-    # sees them and can answer 4413 instead of a bare transport error.
-    size = str(settings.DURABLECACHE_MAX_FRAME_BYTES * 4 + 65536)
+    # autobahn refuses a frame over the limit from its header, before its
+    # payload is buffered; durablecache.server.oversized_frames makes that a 4413.
+    size = str(settings.DURABLECACHE_MAX_FRAME_BYTES)
     return [
         python(),
         "-m",

@@ -143,17 +143,17 @@ async def test_hello_with_a_bad_id_is_bad_field_and_not_fatal(ws, token):
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "code"),
     [
-        '{"type": "ready", "x": ' + "[" * 300 + "]" * 300 + "}",
-        "[" * 100_000,
-        r'{"type": "ready", "x": "\ud800"}',  # a lone surrogate, escaped
-        r'{"type": "ready", "x": "\u0000"}',
-        '{"type": "ready", "x": NaN}',
-        '{"type": "ready", "x": "\ud800"}',  # a raw lone surrogate
-        '{"type": "ready", "x": [-1E999]}',  # a float beyond a double
-        r'{"type": "ready", "k\u0000": 1}',  # in a key
-        r'{"type": "ready", "x": "\uDBFF"}',  # upper-case escape
+        ('{"type": "ready", "x": ' + "[" * 300 + "]" * 300 + "}", "bad_field"),
+        ("[" * 100_000, "bad_json"),
+        (r'{"type": "ready", "x": "\ud800"}', "bad_field"),  # a lone surrogate
+        (r'{"type": "ready", "x": "\u0000"}', "bad_field"),
+        ('{"type": "ready", "x": NaN}', "bad_json"),
+        ('{"type": "ready", "x": "\ud800"}', "bad_field"),  # a raw lone surrogate
+        ('{"type": "ready", "x": [-1E999]}', "bad_field"),  # beyond a double
+        (r'{"type": "ready", "k\u0000": 1}', "bad_field"),  # in a field name
+        (r'{"type": "ready", "x": "\uDBFF"}', "bad_field"),  # upper-case escape
     ],
     ids=[
         "deep-value",
@@ -167,10 +167,14 @@ async def test_hello_with_a_bad_id_is_bad_field_and_not_fatal(ws, token):
         "upper-escape",
     ],
 )
-async def test_json_that_is_not_rfc_8259_is_bad_json(session, token, text):
+async def test_json_that_is_not_rfc_8259_or_not_storable_is_refused(
+    session, token, text, code
+):
+    # Not JSON (or not an object): bad_json. JSON holding what storage
+    # refuses: bad_field, naming the field (tests/clients/test_hostile_frames).
     sock, _ = await session(token)
     await sock.comm.send_to(text_data=text)
-    assert (await sock.recv())["code"] == "bad_json"
+    assert (await sock.recv())["code"] == code
     marker, _ = await sock.ready()  # the socket stays open, nothing changed
     assert marker["replayed"] == 0
 
