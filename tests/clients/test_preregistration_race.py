@@ -15,8 +15,10 @@ from django.db import connections
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from clients import fanout, maintenance, services
+from clients import selectors as client_selectors
 from clients.matching import parse_selector
 from queues import selectors as queue_selectors
+from queues import services as queue_services
 from tests.helpers import queued_seqs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
@@ -73,7 +75,7 @@ class PausedAfterRowCommit:
 
 def hello(user: Any, durable_id: str) -> services.HelloResult:
     options = services.parse_hello_options({"durable_id": durable_id})
-    return services.client_hello(user=user, channel_name="sock-1", options=options)
+    return services.client_hello(user=user, socket_id="sock-1", options=options)
 
 
 def preregister(user: Any, durable_id: str) -> None:
@@ -128,7 +130,7 @@ def test_the_orphan_sweep_keeps_a_queue_whose_row_is_about_to_commit(
     # SQLite file (WAL) or PostgreSQL shows it then; the tests' in-memory
     # database refuses that read instead (its table is locked).
     real_hosted_here = maintenance._hosted_here
-    real_drop = services.queue_services.queue_drop_orphans
+    real_drop = queue_services.queue_drop_orphans
     # Set once the sweep reads the rows again, or (without that) has judged.
     reached = threading.Event()
     swept: list[int] = []
@@ -152,7 +154,7 @@ def test_the_orphan_sweep_keeps_a_queue_whose_row_is_about_to_commit(
             connections.close_all()
 
     sweeping = threading.Thread(target=sweep)
-    real_ensure = services.queue_services.queue_ensure
+    real_ensure = queue_services.queue_ensure
 
     def ensure_then_sweep(**kwargs: Any) -> Any:
         state = real_ensure(**kwargs)
@@ -162,12 +164,12 @@ def test_the_orphan_sweep_keeps_a_queue_whose_row_is_about_to_commit(
         return state  # the row commits now, while the sweep waits for it
 
     monkeypatch.setattr(maintenance, "_hosted_here", hosted_here)
-    monkeypatch.setattr(services.queue_services, "queue_drop_orphans", drop_orphans)
-    monkeypatch.setattr(services.queue_services, "queue_ensure", ensure_then_sweep)
+    monkeypatch.setattr(queue_services, "queue_drop_orphans", drop_orphans)
+    monkeypatch.setattr(queue_services, "queue_ensure", ensure_then_sweep)
     services.client_ensure_offline(user=user, durable_id="late")
     sweeping.join(WAIT_S)
     assert swept == [0]
-    client = services.client_get_for(user=user, durable_id="late")
+    client = client_selectors.client_visible_to(user=user, durable_id="late")
     assert queue_selectors.queue_size(client_id=client.id) == 0
 
 
