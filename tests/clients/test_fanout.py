@@ -146,7 +146,10 @@ def test_a_pass_fans_an_event_out_to_every_queue_in_the_same_statements(
     cache_services.entry_put(region="prices", key="k", value=1)
     with (
         django_assert_num_queries(PASS_STATEMENTS_CLUSTER),
-        django_assert_num_queries(PASS_STATEMENTS_NODE, connection=connections["node"]),
+        django_assert_num_queries(
+            PASS_STATEMENTS_NODE + (connections["node"].vendor == "postgresql"),
+            connection=connections["node"],
+        ),
     ):
         assert fanout.fanout_node("node-1") == 1
     for client in clients:
