@@ -472,9 +472,12 @@ class Cli:
             raise TimeoutError(f"no output line within {timeout}s") from None
 
     def read_until_marker(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The event lines before the marker, and the marker (the CLI's
+        ``connected`` and ``image`` lines come first and are skipped)."""
         events = []
         while (line := self.next_json())["type"] != "marker":
-            events.append(line)
+            if line["type"] == "event":
+                events.append(line)
         return events, line
 
     def stop(self) -> int:
