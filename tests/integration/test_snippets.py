@@ -59,6 +59,8 @@ NOT_RUN = {
     ("docs/operations.md", "durable list"): "a reference of the subcommands, "
     "with ID and NAME to fill in; tests/clients/test_commands.py runs them",
     ("docs/performance.md", "make bench"): "benchmarks of up to 15 minutes each",
+    ("docs/performance.md", "DURABLECACHE_DATABASE_URL=postgres"): "the "
+    "PostgreSQL benchmark: minutes long, against the machine's PostgreSQL",
     ("sdk/python/README.md", "pip install ./sdk/python"): "installs into the "
     "environment (make install does it)",
     ("sdk/python/README.md", "pytest sdk/python/tests"): "the suite running "
