@@ -41,12 +41,9 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
     A created client is hosted on this node, ``disconnected``, and its
     timeout starts now (REST pre-registration of durable interest).
     """
-    validate_name(durable_id, what="durable_id")
-    try:
-        return selectors.client_visible_to(user=user, durable_id=durable_id)
-    except UnknownClientError:
-        if DurableClient.objects.filter(durable_id=durable_id).exists():
-            raise
+    existing = client_check_claim(user=user, durable_id=durable_id)
+    if existing is not None:
+        return existing
     now = timezone.now()
     timeout = settings.DURABLECACHE_DEFAULT_TIMEOUT_S
     try:
@@ -70,18 +67,22 @@ def client_ensure_offline(*, user: Any, durable_id: str) -> DurableClient:
     return client
 
 
-def client_check_claim(*, user: Any, durable_id: str) -> None:
-    """Raise unless ``durable_id`` is a valid id that names no client yet,
-    or a client ``user`` may see.
+def client_check_claim(*, user: Any, durable_id: str) -> DurableClient | None:
+    """Return the client ``durable_id`` names if ``user`` may see it, None
+    when the id is valid and names no client yet; raise otherwise
+    (UnknownClientError for another owner's client).
 
     The REST doors that may create a client call it before they read the
     request's body: another owner's client is a 404 whatever the body
     says, as the websocket door answers 4403 before it reads a field.
     """
     validate_name(durable_id, what="durable_id")
-    client = DurableClient.objects.filter(durable_id=durable_id).first()
-    if client is not None and not (user.is_staff or client.owner_id == user.pk):
-        raise UnknownClientError(f"no durable client {durable_id!r}")
+    try:
+        return selectors.client_visible_to(user=user, durable_id=durable_id)
+    except UnknownClientError:
+        if DurableClient.objects.filter(durable_id=durable_id).exists():
+            raise
+    return None
 
 
 def clients_purge(clients: list[DurableClient]) -> None:
