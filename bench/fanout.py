@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import queue
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -78,39 +77,42 @@ def _dc_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> N
 
 
 def _mqtt_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> None:
+    """The process's subscribers on one selector loop, as the durablecache
+    side reads all its sockets from one asyncio loop: paho's external-loop
+    calls (``loop_read`` / ``loop_write`` / ``loop_misc``), no network thread
+    per client contending for the GIL."""
     port, tag, topic = args["port"], args["tag"], args["topic"]
     latencies: list[float] = []
-    lock = threading.Lock()
+    subscribed: set[str] = set()
 
     def on_message(_c: Any, _u: Any, message: Any) -> None:
-        now = time.time()
-        sent = json.loads(message.payload)["t"]
-        with lock:
-            latencies.append(now - sent)
+        latencies.append(time.time() - json.loads(message.payload)["t"])
+
+    def on_connect(client: Any, *_: Any) -> None:
+        client.subscribe(topic, qos=1)
 
     ids = [f"{tag}-{i}" for i in range(args["first"], args["first"] + args["count"])]
-    subs = []
+    loop = mqtt.SelectorLoop()
     for client_id in ids:
         client = mqtt.client_for(port, client_id, clean=False)
-        subscribed = threading.Event()
-        client.on_subscribe = lambda *_, ev=subscribed: ev.set()
+        client.on_connect = on_connect
+        client.on_subscribe = lambda *_, c=client_id: subscribed.add(c)
         client.on_message = on_message
-        mqtt.connect(client, port)
-        client.subscribe(topic, qos=1)
-        if not subscribed.wait(mqtt.WAIT_S):
-            raise TimeoutError("no SUBACK")
-        subs.append(client)
-    ready.put(len(subs))
-    expected = args["expected"] * len(subs)
+        client.connect("127.0.0.1", port, keepalive=120)
+        loop.add(client)
+    deadline = time.monotonic() + mqtt.WAIT_S
+    while len(subscribed) < len(ids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"SUBACK from {len(subscribed)} of {len(ids)}")
+        loop.pump(0.05)
+    ready.put(len(ids))
+    expected = args["expected"] * len(ids)
     while len(latencies) < expected and not stop.is_set():
-        time.sleep(0.05)
-    for client in subs:
-        client.disconnect()
-        client.loop_stop()
+        loop.pump(0.05)
+    loop.close()
     for client_id in ids:
         mqtt.drop_session(port, client_id)
-    with lock:
-        results.put(list(latencies))
+    results.put(list(latencies))
 
 
 def _run(

@@ -2,6 +2,7 @@
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -81,6 +82,42 @@ def connect(client: mqtt.Client, port: int) -> None:
     client.loop_start()
     if not connected.wait(WAIT_S):
         raise TimeoutError("no CONNACK")
+
+
+class SelectorLoop:
+    """Many paho clients driven from one thread through one selector (paho's
+    external-loop API), the way an asyncio client reads many sockets."""
+
+    MISC_EVERY_S = 1.0
+
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.clients: list[mqtt.Client] = []
+        self._misc_at = time.monotonic()
+
+    def add(self, client: mqtt.Client) -> None:
+        """``client`` has called ``connect`` (its socket exists)."""
+        self.selector.register(client.socket(), selectors.EVENT_READ, client)
+        self.clients.append(client)
+
+    def pump(self, timeout: float) -> None:
+        for client in self.clients:
+            if client.want_write():
+                client.loop_write()
+        for key, _ in self.selector.select(timeout):
+            key.data.loop_read()
+        if time.monotonic() - self._misc_at >= self.MISC_EVERY_S:
+            self._misc_at = time.monotonic()
+            for client in self.clients:
+                client.loop_misc()
+
+    def close(self) -> None:
+        """DISCONNECT every client and flush it."""
+        for client in self.clients:
+            client.disconnect()
+            while client.want_write():
+                client.loop_write()
+        self.selector.close()
 
 
 def make_offline(port: int, client_id: str, topic: str) -> None:
