@@ -16,6 +16,7 @@ connections on which autobahn turned Nagle's algorithm off are eager: HTTP
 responses (headers, then body) keep Twisted's coalescing.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import tcp
@@ -75,7 +76,8 @@ def _write(self: Any, data: bytes) -> None:
     _plain_write(self, data)
 
 
-_plain_write = tcp.Connection.write
+# Twisted leaves ``write`` unannotated; its signature is this one.
+_plain_write: Callable[[Any, bytes], None] = tcp.Connection.write
 _plain_set_tcp_no_delay = tcp.Connection.setTcpNoDelay
 
 
