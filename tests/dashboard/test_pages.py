@@ -31,7 +31,7 @@ from clients.models import (
     QueueSizeReport,
 )
 from dashboard import urls as dashboard_urls
-from dashboard import views as dashboard
+from dashboard.views import clients as client_pages
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 
@@ -547,7 +547,7 @@ def test_clients_paging_across_120_clients(user, op):
     for durable_id in reversed(ids):  # created out of order
         DurableClient.objects.create(durable_id=durable_id, owner=user)
     pages, hrefs = follow_next(op, "/dashboard/clients/")
-    assert [len(p) for p in pages] == [dashboard.PAGE, dashboard.PAGE, 20]
+    assert [len(p) for p in pages] == [client_pages.PAGE, client_pages.PAGE, 20]
     assert [i for p in pages for i in p] == ids
     assert hrefs == ["?after=c049", "?after=c099"]
 
@@ -658,7 +658,7 @@ def test_client_page_peeks_at_the_queue_and_pages_with_after(user, op, region):
     seqs = [e.seq for e in events]
     page = dom(op.get("/dashboard/clients/d1/"))
     rows = [cells(r) for r in body_rows(page, "queue")]
-    assert [int(r[0]) for r in rows] == seqs[: dashboard.QUEUE_PAGE]
+    assert [int(r[0]) for r in rows] == seqs[: client_pages.QUEUE_PAGE]
     assert rows[0][1:6] == ["create", "prices", "k00", "1", "0"]
     link = page.by_id("queue").parent.find("a", href=f"?after={seqs[49]}")
     assert link is not None
