@@ -57,11 +57,11 @@ def main() -> int:
                 row = f"{size:4d}  {path.relative_to(root)}:{node.lineno} {node.name}"
                 (kept if above.startswith("# long:") else long).append(row)
     for row in long:
-        print(row)
+        sys.stdout.write(row + "\n")
     if kept:
-        print(f"kept long, with a reason ({len(kept)}):")
+        sys.stdout.write(f"kept long, with a reason ({len(kept)}):\n")
         for row in kept:
-            print(row)
+            sys.stdout.write(row + "\n")
     return 0
 
 
