@@ -34,6 +34,7 @@ from dashboard import urls as dashboard_urls
 from dashboard.views import clients as client_pages
 from queues import selectors as queue_selectors
 from queues import services as queue_services
+from tests.helpers import node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -193,18 +194,6 @@ def disconnect(client, channel="ch-1"):
     client_services.client_disconnected(client_id=client.id, socket_id=channel)
     client.refresh_from_db()
     return client
-
-
-def node_row(name, *, down=False, draining=False, url=None):
-    now = timezone.now()
-    age = settings.DURABLECACHE_NODE_TIMEOUT_S * 10 if down else 0
-    return Node.objects.create(
-        name=name,
-        url=url or f"http://{name}.test:8000",
-        started_at=now - timedelta(hours=1),
-        last_heartbeat=now - timedelta(seconds=age),
-        is_draining=draining,
-    )
 
 
 def history_of(durable_id):
@@ -399,8 +388,8 @@ def test_the_confirmation_form_carries_a_working_csrf_token(
 
 def test_overview_lists_nodes_with_their_status_and_numbers(user, op, region):
     cache_services.node_register(name=HERE, url="http://127.0.0.1:8000")
-    node_row("node-2", down=True)
-    node_row("node-3", draining=True)
+    node_row("node-2", down=True, url="http://node-2.test:8000")
+    node_row("node-3", draining=True, url="http://node-3.test:8000")
     client = hello(user)
     register(client)
     cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2})
@@ -1149,8 +1138,8 @@ def test_a_client_not_yet_due_does_not_expire(user):
 
 
 def test_history_of_a_failover(user, op):
-    node_row(HERE, down=True)
-    node_row("node-2")
+    node_row(HERE, down=True, url=f"http://{HERE}.test:8000")
+    node_row("node-2", url="http://node-2.test:8000")
     client = DurableClient.objects.create(
         durable_id="d1", owner=user, primary=HERE, secondaries=["node-2"]
     )
@@ -1169,8 +1158,8 @@ def test_history_of_a_failover(user, op):
 
 
 def test_no_failover_history_without_a_complete_secondary(user):
-    node_row(HERE, down=True)
-    node_row("node-2")
+    node_row(HERE, down=True, url=f"http://{HERE}.test:8000")
+    node_row("node-2", url="http://node-2.test:8000")
     client = DurableClient.objects.create(
         durable_id="d1",
         owner=user,
