@@ -120,3 +120,11 @@ def node_row(
     if save:
         row.save()
     return row
+
+
+def hello(user, durable_id="d1", socket_id="ch-1", **extra):
+    """Say ``hello`` on this node (node-1) as the websocket does; ``extra``
+    are more hello fields (``timeout``, ``redundancy``, ...). Returns the
+    service's ``HelloResult``."""
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(user=user, socket_id=socket_id, options=options)

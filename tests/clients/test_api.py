@@ -7,18 +7,12 @@ from cache import services as cache_services
 from clients import fanout, services
 from clients.models import DurableClient, Interest, QueueSizeReport
 from queues import selectors as queue_selectors
-from tests.helpers import assert_error, follow_pages, node_row
+from tests.helpers import assert_error, follow_pages, hello, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 
 BASE = "/api/v1"
-
-
-def hello(user, durable_id, socket_id="ch-1", **extra):
-    """Connect a durable client on this node (node-1), as the websocket does."""
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id=socket_id, options=options)
 
 
 def register(api, durable_id, **body):

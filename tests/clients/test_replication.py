@@ -27,7 +27,7 @@ from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState
 from tests.clients.conftest import recorder
-from tests.helpers import node_row
+from tests.helpers import hello, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -70,11 +70,6 @@ def stored(user, durable_id="d1", **fields):
 def hosts_of(client):
     client.refresh_from_db()
     return client.primary, client.secondaries, client.syncing
-
-
-def hello(user, durable_id="d1", channel="ch-1", **extra):
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def fill_queue(client_id, seqs, *, durable_id="d1"):
