@@ -5,8 +5,9 @@ buffer, registers the socket for writability (``epoll_ctl``), and sends on
 the next turn of the reactor, unregistering it again (a second
 ``epoll_ctl``) once the buffer is empty. For a fan-out of small event
 frames, one per socket per event, that is three system calls, two more
-passes through the loop and the buffer bookkeeping for each frame: ~15 % of
-Daphne's main thread with 100 live sockets (py-spy, docs/performance.md).
+passes through the loop and the buffer bookkeeping for each frame, a large
+share of Daphne's main thread with many live sockets
+(docs/decisions/0005-twisted-eager-writes.md).
 
 Here a write to a websocket's connection whose buffer is empty goes to the
 socket at once, as asyncio's own transports do; whatever the kernel does not

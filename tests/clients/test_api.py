@@ -1,4 +1,5 @@
-"""The durable clients and nodes REST API, seen from an HTTP client (DESIGN §4)."""
+"""The durable clients and nodes REST API, seen from an HTTP client
+(docs/protocol.md, "REST API")."""
 
 import pytest
 from rest_framework.test import APIClient

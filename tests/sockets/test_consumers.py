@@ -1,4 +1,4 @@
-"""The websocket door, protocol v1 (DESIGN.md section 3), through the ASGI app."""
+"""The websocket door, protocol v1 (docs/protocol.md), through the ASGI app."""
 
 import pytest
 from channels.db import database_sync_to_async as db
@@ -784,7 +784,8 @@ async def test_conflation_of_updates_queued_while_away(
 
 
 async def test_an_update_sent_and_not_acked_is_not_conflated(session, token, write):
-    # DESIGN: only an update still undelivered is removed by a newer one; a
+    # docs/protocol.md, "Conflation": only an update still undelivered is
+    # removed by a newer one; a
     # delivered one stays queued until acked. Each update here is sent
     # before the next is written, and none is acked.
     await db(cache_services.region_create)(name="conf", conflate_events=True)
