@@ -1,6 +1,6 @@
 """``make bench-failover``: time from SIGKILL of a primary to events again.
 
-A 3-node cluster (tests.integration.harness, with DESIGN's default
+A 3-node cluster (tests.integration.harness, with the default
 heartbeat and node timeout), one library client (redundancy 1) connected
 and interested in every key, a writer doing one small ``putall`` every
 20 ms through a node that is not about to die. Each round SIGKILLs the

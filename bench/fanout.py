@@ -23,9 +23,9 @@ from bench.common import Rest, percentile
 
 PROCESSES = 2
 # How long after the last write a missing frame is waited for before it
-# counts as lost: healthy runs have every frame within ~4 s; 30 s (until
-# 2026-12-03) cost a round half a minute whenever Mosquitto's overloaded
-# subscriber processes missed some, and a third round no longer fitted.
+# counts as lost: healthy runs have every frame within ~4 s; a longer wait
+# costs a round that much whenever Mosquitto's overloaded subscriber
+# processes miss some, and three rounds must fit the time box.
 GRACE_S = 15
 
 

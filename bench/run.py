@@ -61,8 +61,8 @@ FANOUTS = {"fanout": "REST PUTs", "fanout_ws": "put frames"}
 # window); a window of 1 waits for each ``written``, as a QoS 1 publisher
 # that waits for each PUBACK; a pipelined writer keeps ``--window`` puts in
 # flight, as paho keeps up to ``max_inflight_messages`` (20) publishes.
-# (Four sequential writers, until 2026-12-03, are what the pipelined one
-# shows better; dropped to fit three rounds in the 10 minutes.)
+# (The pipelined writer stands for several sequential ones, which three
+# rounds would not fit in the 10 minutes.)
 WS_PUTS_R1 = (
     ("enqueue_wsput_r1_seq", 1, 1),
     ("enqueue_wsput_r1_pipe", 1, None),
@@ -543,7 +543,7 @@ def machine() -> dict[str, Any]:
 
 def failover_figures(workdir: Path, kills: int) -> dict[str, Any]:
     """5. SIGKILL a connected client's primary ``kills`` times (bench.failover,
-    3 nodes, redundancy 1, DESIGN's heartbeat and node timeout)."""
+    3 nodes, redundancy 1, the default heartbeat and node timeout)."""
     run = failover.run_mode(workdir, probe=True, kills=kills)
     resumed = [r["resumed_s"] for r in run["rounds"]]
     return {

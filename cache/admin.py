@@ -9,7 +9,7 @@ system writes (events, the log counter, node fields) are read-only here.
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -17,7 +17,7 @@ from django.contrib.admin.actions import delete_selected as confirm_delete_selec
 from django.contrib.admin.utils import model_ngettext
 from django.contrib.auth import get_permission_codename
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
@@ -26,8 +26,10 @@ from cache.models import Entry, Event, EventLog, Node, Region
 from cache.validation import validate_name
 from common.errors import ConflictError, DomainError
 
+M = TypeVar("M", bound=Model)
 
-class ServiceAdmin(admin.ModelAdmin):
+
+class ServiceAdmin(admin.ModelAdmin[M], Generic[M]):
     """A ModelAdmin whose writes are calls to domain services.
 
     Subclasses implement ``delete_through_service``; the delete page and the
@@ -158,7 +160,7 @@ class ServiceAdmin(admin.ModelAdmin):
         )
 
 
-class RegionAddForm(forms.ModelForm):
+class RegionAddForm(forms.ModelForm[Region]):
     class Meta:
         model = Region
         fields = ["name", "conflate_events"]
@@ -172,7 +174,7 @@ class RegionAddForm(forms.ModelForm):
 
 
 @admin.register(Region)
-class RegionAdmin(ServiceAdmin):
+class RegionAdmin(ServiceAdmin[Region]):
     list_display = ["name", "conflate_events", "live_entries", "created_at"]
     list_filter = ["conflate_events", "created_at"]
     search_fields = ["name"]
@@ -225,7 +227,7 @@ class RegionAdmin(ServiceAdmin):
 
 
 @admin.register(Entry)
-class EntryAdmin(ServiceAdmin):
+class EntryAdmin(ServiceAdmin[Entry]):
     """Entries are read here; values are written through REST."""
 
     list_display = ["region", "key", "version", "is_destroyed", "updated_at"]
@@ -283,7 +285,7 @@ class EntryAdmin(ServiceAdmin):
         self._entry_action(request, queryset, services.entry_destroy, "Destroyed")
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[M], Generic[M]):
     """Rows only the system writes: viewable, never added, changed or deleted."""
 
     show_full_result_count = False  # large tables: skip the second COUNT(*)
@@ -299,7 +301,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(ReadOnlyAdmin[Event]):
     list_display = ["seq", "op", "region", "key", "version", "ts", "event_id"]
     list_filter = ["op", "region", "conflate", "ts"]
     search_fields = ["event_id", "key", "region"]
@@ -308,7 +310,7 @@ class EventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(EventLog)
-class EventLogAdmin(ReadOnlyAdmin):
+class EventLogAdmin(ReadOnlyAdmin[EventLog]):
     """The one counter row (no filters or search: there is nothing to narrow)."""
 
     list_display = ["id", "last_seq"]
@@ -341,7 +343,7 @@ class NodeStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(ServiceAdmin):
+class NodeAdmin(ServiceAdmin[Node]):
     """Nodes register and heartbeat themselves; an operator only retires one.
 
     A row may be deleted only once its node is down: the documented way to

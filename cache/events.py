@@ -1,4 +1,4 @@
-"""The wire shape of an event (DESIGN §1, docs/protocol.md#event)."""
+"""The wire shape of an event (docs/protocol.md, "Server → client frames")."""
 
 from datetime import datetime
 from typing import Any

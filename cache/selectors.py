@@ -1,6 +1,7 @@
 """Reads of regions, entries, events and nodes, shaped for the doors."""
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -66,7 +67,7 @@ def entry_list(
     return list(qs[:limit])
 
 
-def entries_iter(*, region: str, batch: int = 500):
+def entries_iter(*, region: str, batch: int = 500) -> Iterator[Entry]:
     """Yield every live entry of a region in key order, a batch at a time."""
     after = None
     while True:

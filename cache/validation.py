@@ -1,4 +1,5 @@
-"""Validation of names, keys and JSON values (DESIGN §1)."""
+"""Validation of names, keys and JSON values
+(docs/protocol.md, "Selectors and limits")."""
 
 import json
 import math

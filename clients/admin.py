@@ -28,7 +28,7 @@ INTEREST_FIELDS = ("region", "kind", "selector", "is_durable", "policy", "since_
 REPORT_FIELDS = ("node", "size", "acked_through", "reported_at")
 
 
-class InterestInline(admin.TabularInline):
+class InterestInline(admin.TabularInline[Interest, DurableClient]):
     model = Interest
     extra = 0
     fields = readonly_fields = INTEREST_FIELDS
@@ -44,7 +44,7 @@ class InterestInline(admin.TabularInline):
         return False
 
 
-class SizeReportInline(admin.TabularInline):
+class SizeReportInline(admin.TabularInline[QueueSizeReport, DurableClient]):
     model = QueueSizeReport
     extra = 0
     fields = readonly_fields = REPORT_FIELDS
@@ -60,7 +60,7 @@ class SizeReportInline(admin.TabularInline):
 
 
 @admin.register(DurableClient)
-class DurableClientAdmin(ServiceAdmin):
+class DurableClientAdmin(ServiceAdmin[DurableClient]):
     list_display = [
         "durable_id",
         "owner",
@@ -133,7 +133,7 @@ class DurableClientAdmin(ServiceAdmin):
 
 
 @admin.register(Interest)
-class InterestAdmin(ServiceAdmin):
+class InterestAdmin(ServiceAdmin[Interest]):
     list_display = [
         "client",
         "region",
@@ -163,7 +163,7 @@ class InterestAdmin(ServiceAdmin):
 
 
 @admin.register(LostQueue)
-class LostQueueAdmin(admin.ModelAdmin):
+class LostQueueAdmin(admin.ModelAdmin[LostQueue]):
     """Read-only; deleting a row means its owner's next hello says -2, not -1."""
 
     list_display = ["durable_id", "owner", "reason", "lost_at"]
@@ -183,7 +183,7 @@ class LostQueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(QueueSizeReport)
-class QueueSizeReportAdmin(ReadOnlyAdmin):
+class QueueSizeReportAdmin(ReadOnlyAdmin[QueueSizeReport]):
     list_display = ["client", "node", "size", "acked_through", "reported_at"]
     list_filter = ["node", "reported_at"]
     list_select_related = ["client"]
@@ -193,7 +193,7 @@ class QueueSizeReportAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ClientHistory)
-class ClientHistoryAdmin(ReadOnlyAdmin):
+class ClientHistoryAdmin(ReadOnlyAdmin[ClientHistory]):
     list_display = ["at", "durable_id", "kind", "node", "detail"]
     list_filter = ["kind", "node", "at"]
     search_fields = ["durable_id", "detail"]
@@ -202,7 +202,7 @@ class ClientHistoryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(NodeSample)
-class NodeSampleAdmin(ReadOnlyAdmin):
+class NodeSampleAdmin(ReadOnlyAdmin[NodeSample]):
     list_display = [
         "at",
         "node",
@@ -217,7 +217,7 @@ class NodeSampleAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ClientSample)
-class ClientSampleAdmin(ReadOnlyAdmin):
+class ClientSampleAdmin(ReadOnlyAdmin[ClientSample]):
     list_display = ["at", "durable_id", "node", "size"]
     list_filter = ["node"]
     search_fields = ["durable_id"]

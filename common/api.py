@@ -105,7 +105,10 @@ class ApiRootView(APIRootView):
     }
 
 
-# --- Paging (DESIGN §4: lists are {"results": [...], "next": url or null}) ---
+# --- Paging --------------------------------------------------------------
+#
+# docs/protocol.md, "REST API": lists are {"results": [...], "next": url or
+# null}.
 #
 # Keyset paging: the cursor is an opaque URL-safe token naming the last item
 # of the previous page (a key, a name or a seq), so a page never shifts when

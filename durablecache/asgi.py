@@ -42,7 +42,8 @@ class EncodedSlashMiddleware:
     segment by segment with decoded slashes swapped for ENCODED_SLASH.
 
     A request naming an entry through a path that would make it name
-    another key is refused here with 400 and reaches no view (DESIGN §1):
+    another key is refused here with 400 and reaches no view
+    (docs/protocol.md, "Hostile input"):
     one that holds ENCODED_SLASH itself (sent as ``%1F``, or raw), which
     the converter would read as a slash, and one whose percent-escapes are
     not UTF-8 (``%FF``, an overlong ``%C0%AF``), which the server decoded

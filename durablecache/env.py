@@ -5,6 +5,7 @@ Every knob is documented in docs/configuration.md.
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -64,7 +65,9 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_config(url: str, *, sqlite_default_path: str, tuned: bool = True) -> dict:
+def database_config(
+    url: str, *, sqlite_default_path: str, tuned: bool = True
+) -> dict[str, Any]:
     """Turn a database URL (or the SQLite default) into a DATABASES entry.
 
     SQLite gets ``durablecache.server.sqlite3`` when ``tuned`` (the server

@@ -6,12 +6,11 @@ middleware like Django's own.
 """
 
 from collections.abc import Callable
-from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-Handler = Callable[[HttpRequest], Any]
+Handler = Callable[[HttpRequest], HttpResponse]
 
 
 class BodySizeLimitMiddleware:

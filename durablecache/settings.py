@@ -6,6 +6,8 @@ See docs/configuration.md for each variable.
 import warnings
 from pathlib import Path
 
+import django_stubs_ext
+
 from durablecache.env import (
     database_config,
     env_bool,
@@ -14,6 +16,10 @@ from durablecache.env import (
     env_list,
     env_str,
 )
+
+# Generic Django classes (ModelAdmin[Region], ModelForm[Region]) are
+# subscriptable at runtime, as django-stubs types them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

@@ -1,11 +1,15 @@
 """Small project-level HTTP views: health check and Prometheus metrics."""
 
+from collections.abc import Iterator
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from cache.models import Event, Region
+from clients.models import DurableClient
+from clients.placement import Membership, wanted_secondaries
 from queues import selectors as queue_selectors
 
 
@@ -24,9 +28,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 class _NodeCollector:
     """Gauges read from the databases at scrape time (cheap counts)."""
 
-    def collect(self):
-        from clients.models import DurableClient
-
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         node = settings.DURABLECACHE_NODE_NAME
         states = queue_selectors.queue_states()
         sizes = {s.client_id: s.size for s in states}
@@ -71,9 +73,6 @@ class _NodeCollector:
 
 
 def _redundancy_short() -> int:
-    from clients.models import DurableClient
-    from clients.placement import Membership, wanted_secondaries
-
     live = len(Membership.read().up())
     rows = DurableClient.objects.filter(durable_id__isnull=False).exclude(redundancy=0)
     return sum(

@@ -7,17 +7,17 @@ hosts; other nodes' copies are in their own stores (the dashboard and
 copies write these rows.
 """
 
-from typing import Any
+from typing import Any, Generic
 
 from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
-from cache.admin import ReadOnlyAdmin
+from cache.admin import M, ReadOnlyAdmin
 from queues.models import FanoutCursor, QueueEntry, QueueState
 
 
-class NodeStoreAdmin(ReadOnlyAdmin):
+class NodeStoreAdmin(ReadOnlyAdmin[M], Generic[M]):
     """Says in the changelist title whose store is shown."""
 
     def changelist_view(
@@ -34,7 +34,7 @@ class NodeStoreAdmin(ReadOnlyAdmin):
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(NodeStoreAdmin):
+class QueueStateAdmin(NodeStoreAdmin[QueueState]):
     list_display = [
         "client_id",
         "durable_id",
@@ -53,7 +53,7 @@ class QueueStateAdmin(NodeStoreAdmin):
 
 
 @admin.register(QueueEntry)
-class QueueEntryAdmin(NodeStoreAdmin):
+class QueueEntryAdmin(NodeStoreAdmin[QueueEntry]):
     list_display = ["queue", "seq", "op", "region", "key", "version", "ts"]
     list_filter = ["op", "region", "ts"]
     list_select_related = ["queue"]
@@ -63,7 +63,7 @@ class QueueEntryAdmin(NodeStoreAdmin):
 
 
 @admin.register(FanoutCursor)
-class FanoutCursorAdmin(NodeStoreAdmin):
+class FanoutCursorAdmin(NodeStoreAdmin[FanoutCursor]):
     list_display = ["node", "fanout_through", "updated_at"]
     search_fields = ["node"]
     list_filter = ["updated_at"]

@@ -2,18 +2,20 @@
 
 from typing import Any
 
+from django.db.models import Model
+
 NODE_STORE = "node"
 APP = "queues"
 
 
 class NodeStoreRouter:
-    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+    def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
         return NODE_STORE if model._meta.app_label == APP else "default"
 
-    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+    def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
         return NODE_STORE if model._meta.app_label == APP else "default"
 
-    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
+    def allow_relation(self, obj1: Model, obj2: Model, **hints: Any) -> bool | None:
         same = (obj1._meta.app_label == APP) == (obj2._meta.app_label == APP)
         return same
 

@@ -22,8 +22,8 @@ docs/decisions/0014-batched-read-and-ack-rounds.md.
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async as db
 
@@ -32,6 +32,9 @@ from queues import selectors as queue_selectors
 from queues import services as queue_services
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
 
 # One batcher per event loop (tests run several loops in one process).
 _batchers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadBatcher]"
@@ -178,9 +181,9 @@ class ReadBatcher:
     rounds is the next round."""
 
     def __init__(self) -> None:
-        self.waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
-        self.acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []
-        self.releases: list[tuple[tuple[Any, str, bool], asyncio.Future[Any]]] = []
+        self.waiting: list[tuple[dict[str, Any], asyncio.Future[Rows]]] = []
+        self.acks: list[tuple[tuple[Any, int], asyncio.Future[int]]] = []
+        self.releases: list[tuple[tuple[Any, str, bool], asyncio.Future[None]]] = []
         self.running = False
 
     async def release(
@@ -189,7 +192,7 @@ class ReadBatcher:
         """In the next round, after its acks: release the client the ended
         socket held (``client_disconnected``; ``keep`` false:
         ``client_close`` without keepalive)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.releases.append(((client_id, socket_id, keep), future))
         self._start()
         await future
@@ -197,7 +200,7 @@ class ReadBatcher:
     async def ack(self, *, client_id: Any, up_to: int) -> int:
         """In the next round: drop the client's entries with seq <= up_to;
         return how many went (once committed)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.acks.append(((client_id, up_to), future))
         self._start()
         return await future
@@ -224,15 +227,15 @@ class ReadBatcher:
             "limit": limit,
             "through": through,
         }
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Rows] = asyncio.get_running_loop().create_future()
         self.waiting.append((ask, future))
         self._start()
         return await future
 
     async def _rounds(self) -> None:
-        round_: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
-        acks: list[tuple[tuple[Any, int], asyncio.Future[Any]]] = []
-        releases: list[tuple[tuple[Any, str, bool], asyncio.Future[Any]]] = []
+        round_: list[tuple[dict[str, Any], asyncio.Future[Rows]]] = []
+        acks: list[tuple[tuple[Any, int], asyncio.Future[int]]] = []
+        releases: list[tuple[tuple[Any, str, bool], asyncio.Future[None]]] = []
         try:
             while self.waiting or self.acks or self.releases:
                 round_, self.waiting = self.waiting, []
@@ -247,17 +250,18 @@ class ReadBatcher:
                 except Exception as exc:
                     results = [(False, exc)] * len(round_)
                     acked = released = (False, exc)
-                for (_, future), (ok, value) in zip(round_, results, strict=True):
-                    _settle(future, ok, value)
+                for (_, read), (ok, value) in zip(round_, results, strict=True):
+                    _settle(read, ok, value)
                 ok, value = acked
-                for i, (_, future) in enumerate(acks):
-                    _settle(future, ok, value[i] if ok else value)
+                for i, (_, ack) in enumerate(acks):
+                    _settle(ack, ok, value[i] if ok else value)
                 ok, value = released
-                for _, future in releases:
-                    _settle(future, ok, None if ok else value)
+                for _, release in releases:
+                    _settle(release, ok, None if ok else value)
         except asyncio.CancelledError:  # the loop is shutting down
-            pending = [*round_, *self.waiting, *acks, *self.acks]
-            for _, future in [*pending, *releases, *self.releases]:
+            for future in _futures(
+                round_, self.waiting, acks, self.acks, releases, self.releases
+            ):
                 future.cancel()
             self.waiting, self.acks, self.releases = [], [], []
             raise
@@ -265,7 +269,13 @@ class ReadBatcher:
             self.running = False
 
 
-def _settle(future: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
+def _futures(
+    *batches: Iterable[tuple[object, "asyncio.Future[Any]"]],
+) -> list["asyncio.Future[Any]"]:
+    return [future for batch in batches for _, future in batch]
+
+
+def _settle(future: "asyncio.Future[T]", ok: bool, value: Any) -> None:
     if future.done():  # the socket stopped waiting
         return
     if ok:

@@ -17,7 +17,8 @@ INVALID = object()
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
         if key.lower() == name:
             return value.decode("latin-1")
     return None

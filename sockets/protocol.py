@@ -68,8 +68,8 @@ def parse_frame(text: str) -> tuple[dict[str, Any], str | None, bool]:
     the id and type are known, with the code of the field at fault. It can
     hold that only if the text has a ``\\u`` escape (the strict decoder
     refuses a raw control character), more than MAX_DEPTH brackets, a raw
-    lone surrogate, or a number out of range; walking every frame was ~4 %
-    of Daphne's event loop under put frames.
+    lone surrogate, or a number out of range; walking every frame would
+    cost a few percent of Daphne's event loop under put frames.
     """
     out_of_range = False
     try:
@@ -135,7 +135,8 @@ _ERROR_ORDER = [ValidationError, *_FIELD_ERRORS.values()]
 def check_fields(frame: dict[str, Any]) -> None:
     """Refuse a frame whose fields hold U+0000, a lone surrogate, a number
     out of range or nesting deeper than MAX_DEPTH (what storage refuses,
-    DESIGN §1), with the code that fits the field at fault.
+    docs/protocol.md, "Selectors and limits"), with the code that fits the
+    field at fault.
 
     The ``id`` is not judged here: it is only echoed (``reply`` keeps it
     valid UTF-8), never stored, and ``check_type`` judges its shape.

@@ -3,8 +3,13 @@
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
+from django.utils import timezone
+
+from cache.models import Node
 from clients import services
 from clients.matching import parse_selector
 
@@ -85,3 +90,41 @@ def queued_seqs(client_id):
         .order_by("seq")
         .values_list("seq", flat=True)
     )
+
+
+def node_row(
+    name,
+    *,
+    down=False,
+    age_s=None,
+    draining=False,
+    url="http://127.0.0.1:1",
+    fanout_through=0,
+    save=True,
+):
+    """A node's row, started an hour ago: its heartbeat ``age_s`` seconds old
+    (well past the node timeout when ``down``, now otherwise); saved unless
+    ``save`` is false. The default URL refuses connections: never probed
+    live."""
+    now = timezone.now()
+    if age_s is None:
+        age_s = settings.DURABLECACHE_NODE_TIMEOUT_S * 10 if down else 0
+    row = Node(
+        name=name,
+        url=url,
+        started_at=now - timedelta(hours=1),
+        last_heartbeat=now - timedelta(seconds=age_s),
+        is_draining=draining,
+        fanout_through=fanout_through,
+    )
+    if save:
+        row.save()
+    return row
+
+
+def hello(user, durable_id="d1", socket_id="ch-1", **extra):
+    """Say ``hello`` on this node (node-1) as the websocket does; ``extra``
+    are more hello fields (``timeout``, ``redundancy``, ...). Returns the
+    service's ``HelloResult``."""
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(user=user, socket_id=socket_id, options=options)

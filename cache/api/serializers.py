@@ -1,4 +1,5 @@
-"""Input and output shapes of the regions and entries API (DESIGN §4).
+"""Input and output shapes of the regions and entries API
+(docs/protocol.md, "REST API").
 
 Validation of names, keys and JSON values is the services' job; these
 serializers only check that the fields are present and of the right kind.

@@ -1,4 +1,5 @@
-"""Routes of the regions and entries API, under /api/v1/ (DESIGN §4)."""
+"""Routes of the regions and entries API, under /api/v1/
+(docs/protocol.md, "REST API")."""
 
 from urllib.parse import quote
 

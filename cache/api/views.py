@@ -1,5 +1,5 @@
-"""REST door onto regions and entries (DESIGN §4); each handler calls one
-service or selector and renders the result.
+"""REST door onto regions and entries (docs/protocol.md, "REST API"); each
+handler calls one service or selector and renders the result.
 
 Entry keys arrive already decoded by the ``entrykey`` URL converter (a key
 may hold "/", sent as %2F; see ``cache.api.urls``).

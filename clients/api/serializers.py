@@ -1,4 +1,5 @@
-"""Input and output shapes of the durable clients and nodes API (DESIGN §4)."""
+"""Input and output shapes of the durable clients and nodes API
+(docs/protocol.md, "REST API")."""
 
 from typing import Any
 
@@ -272,7 +273,7 @@ class NodeSerializer(serializers.Serializer[Any]):
 
 
 class CqSerializer(serializers.Serializer[Any]):
-    """A continuous query (DESIGN §4; not implemented yet)."""
+    """A continuous query (docs/cq.md; not implemented yet)."""
 
     name = serializers.CharField()
     region = serializers.CharField()

@@ -1,4 +1,5 @@
-"""Routes of the durable clients and nodes API, under /api/v1/ (DESIGN §4)."""
+"""Routes of the durable clients and nodes API, under /api/v1/
+(docs/protocol.md, "REST API")."""
 
 from django.urls import path
 

@@ -1,6 +1,6 @@
 """REST door onto durable clients, their interests and queues, and nodes
-(DESIGN §4). Each handler looks the client up (as DRF's get_object would)
-and calls one service or selector.
+(docs/protocol.md, "REST API"). Each handler looks the client up (as
+DRF's get_object would) and calls one service or selector.
 
 A plain user sees only the clients it owns; another owner's client is a
 404, exactly like an unknown one. Operators (staff) see every client.

@@ -1,7 +1,7 @@
 """The one error of the CQ language and the limits a query must stay within.
 
 The websocket and REST doors answer a ``QueryError`` with ``bad_query``
-(DESIGN.md §3.1); docs/cq.md lists the messages.
+; docs/cq.md, "Refusals", lists the messages.
 """
 
 MAX_QUERY_CHARS = 4096

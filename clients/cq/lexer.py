@@ -1,6 +1,6 @@
 """Split a CQ query into tokens, each with its 1-based line and column.
 
-The lexer knows the shape of every token of the language (DESIGN.md §3.1)
+The lexer knows the shape of every token of the language (docs/cq.md, "Grammar")
 and refuses, with its position, any character that cannot start one.
 """
 

@@ -1,4 +1,4 @@
-"""Parse a CQ query (DESIGN.md §3.1) into a ``tree.Query``, or refuse it.
+"""Parse a CQ query (docs/cq.md, "Grammar") into a ``tree.Query``, or refuse it.
 
 Recursive descent over the tokens. ``AND``/``OR`` chains are read in loops,
 so only parentheses and ``NOT`` recurse, and they are refused past

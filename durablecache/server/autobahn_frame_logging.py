@@ -4,9 +4,8 @@ Daphne's websocket layer (autobahn) calls ``self.log.debug(..., func=
 hltype(self.sendData), peer=hlval(self.peer), ...)`` for each frame it
 writes, and ``hltype(self.dataReceived)`` for each read from a socket: the
 arguments are built (``hltype`` inspects the method and styles it with
-click) before the logger drops the line. On the replay and fan-out
-benchmarks that was ~3-8 % of Daphne's CPU, and the reads' ~3 % of its
-main thread under a writer's put frames (docs/performance.md). Unless
+click) before the logger drops the line, a few percent of Daphne's CPU on
+replay and fan-out (docs/decisions/0004-autobahn-frame-logging.md). Unless
 debug logging is on, the two helpers in autobahn's websocket modules are
 swapped for plain ones; only the text of debug lines that are never
 emitted changes.

@@ -8,8 +8,9 @@ call into C releasing and retaking the GIL. For the ~60-byte ``put`` and
 ``ack`` frames that make up a writer's or a replaying client's traffic that
 is ~8 µs per frame, and worse under load: every release hands the GIL to the
 process's other threads (the write round, the doorbell), and the event loop
-waits to get it back. With 20 put frames in flight, 11 % of Daphne's main
-thread's samples were in the masker and the validator (docs/performance.md).
+waits to get it back: with put frames in flight the masker and the
+validator take a tenth of Daphne's main thread
+(docs/decisions/0003-autobahn-unmask-without-cffi.md).
 
 Here a frame of at most ``SMALL_FRAME`` bytes is unmasked with one XOR of
 two Python integers (~1.3 µs for 70 bytes, no GIL release); larger frames

@@ -3,13 +3,13 @@
 A full collection (generation 2) walks every object the collector tracks,
 and a node's processes track hundreds of thousands that live as long as the
 process: Django, DRF, Channels, Twisted, Celery, their modules, classes and
-settings. Under the live fan-out (100 sockets, 100 writes/s) Daphne ran one
-every 2 to 4 s, each **44 to 50 ms with the GIL held**: the event loop sent
-nothing meanwhile, and its database thread, if it was inside a node-store
-transaction, kept SQLite's write lock that long, so the worker's fan-out
-waited too (docs/performance.md). ``gc.freeze()`` moves every object
-tracked at that moment to a permanent generation that collections skip:
-the same collections then took 6 to 9 ms.
+settings. Under a live fan-out such a collection comes every few seconds
+and holds the GIL for tens of milliseconds: the event loop sends nothing
+meanwhile, and its database thread, if inside a node-store transaction,
+keeps SQLite's write lock that long, so the worker's fan-out waits too.
+``gc.freeze()`` moves every object tracked at that moment to a permanent
+generation that collections skip, which makes them several times shorter
+(docs/decisions/0006-gc-freeze.md).
 
 Objects frozen are never collected, so this is called once the process
 has loaded what it keeps (after a collection, so startup's garbage goes

@@ -7,7 +7,8 @@ autobahn compares a frame's length (and its message's running total) with
 DURABLECACHE_MAX_FRAME_BYTES: ``durablecache.supervision.processes``) as soon as the
 header is read, before any of the payload is buffered. It then fails the
 connection, which under Daphne (``failByDrop``) drops the TCP connection:
-the client sees 1006 and no reason. DESIGN §3 says 4413, after the
+the client sees 1006 and no reason. docs/protocol.md ("Errors and close
+codes") says 4413, after the
 handshake, so the client can read it: here the socket sends a close frame
 with 4413 instead, and reads and drops the rest of the message (autobahn
 keeps nothing of a message once ``failedByMe`` is set; its UTF-8 check is

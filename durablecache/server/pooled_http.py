@@ -65,7 +65,7 @@ class PooledASGIHandler(ASGIHandler):
                 else:
                     await self.send_response(response, send)
             except asyncio.CancelledError:
-                pass  # the client went away while we answered
+                pass  # the client went away while the answer was written
             finally:
                 if response.streaming:
                     await loop.run_in_executor(self.pool, response.close)

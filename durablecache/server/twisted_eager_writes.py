@@ -5,8 +5,9 @@ buffer, registers the socket for writability (``epoll_ctl``), and sends on
 the next turn of the reactor, unregistering it again (a second
 ``epoll_ctl``) once the buffer is empty. For a fan-out of small event
 frames, one per socket per event, that is three system calls, two more
-passes through the loop and the buffer bookkeeping for each frame: ~15 % of
-Daphne's main thread with 100 live sockets (py-spy, docs/performance.md).
+passes through the loop and the buffer bookkeeping for each frame, a large
+share of Daphne's main thread with many live sockets
+(docs/decisions/0005-twisted-eager-writes.md).
 
 Here a write to a websocket's connection whose buffer is empty goes to the
 socket at once, as asyncio's own transports do; whatever the kernel does not
@@ -16,6 +17,7 @@ connections on which autobahn turned Nagle's algorithm off are eager: HTTP
 responses (headers, then body) keep Twisted's coalescing.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import tcp
@@ -75,7 +77,8 @@ def _write(self: Any, data: bytes) -> None:
     _plain_write(self, data)
 
 
-_plain_write = tcp.Connection.write
+# Twisted leaves ``write`` unannotated; its signature is this one.
+_plain_write: Callable[[Any, bytes], None] = tcp.Connection.write
 _plain_set_tcp_no_delay = tcp.Connection.setTcpNoDelay
 
 

@@ -255,4 +255,5 @@ def _drop_undelivered_update(state: "_Head", queue: Any, event: Any) -> int:
             f" AND {quote('seq')} > %s",
             [queue, event.region, event.key, state.delivered_through],
         )
-        return max(0, cursor.rowcount)
+        deleted: int = cursor.rowcount
+        return max(0, deleted)

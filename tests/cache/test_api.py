@@ -1,4 +1,5 @@
-"""The regions and entries REST API, seen from an HTTP client (DESIGN §4)."""
+"""The regions and entries REST API, seen from an HTTP client
+(docs/protocol.md, "REST API")."""
 
 import json
 from unittest.mock import ANY

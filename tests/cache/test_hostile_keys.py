@@ -1,5 +1,6 @@
 """Hostile keys through the real ASGI application: a key is written as
-itself or refused with 400, never read as another key (DESIGN §1, §4).
+itself or refused with 400, never read as another key (docs/protocol.md,
+"Selectors and limits" and "Hostile input").
 
 Paths are given raw, as they travel on the wire, and the scope is built
 the way Daphne builds it (``path`` is the raw path percent-decoded).

@@ -1,28 +1,19 @@
-"""The durable clients and nodes REST API, seen from an HTTP client (DESIGN §4)."""
-
-from datetime import timedelta
+"""The durable clients and nodes REST API, seen from an HTTP client
+(docs/protocol.md, "REST API")."""
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cache import services as cache_services
-from cache.models import Node
 from clients import fanout, services
 from clients.models import DurableClient, Interest, QueueSizeReport
 from queues import selectors as queue_selectors
-from tests.helpers import assert_error, follow_pages
+from tests.helpers import assert_error, follow_pages, hello, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 
 BASE = "/api/v1"
-
-
-def hello(user, durable_id, socket_id="ch-1", **extra):
-    """Connect a durable client on this node (node-1), as the websocket does."""
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id=socket_id, options=options)
 
 
 def register(api, durable_id, **body):
@@ -346,21 +337,10 @@ def test_deleting_a_cq_is_404(api, user):
 # --- nodes/ ----------------------------------------------------------------
 
 
-def _node(name, *, age_s=0.0, draining=False):
-    now = timezone.now()
-    return Node.objects.create(
-        name=name,
-        url=f"http://127.0.0.1:80{name[-1]}0",
-        started_at=now - timedelta(hours=1),
-        last_heartbeat=now - timedelta(seconds=age_s),
-        is_draining=draining,
-    )
-
-
 def test_nodes_report_status_placement_and_queued_events(api, user, other_user, region):
-    _node("node-1")
-    _node("node-2", age_s=3600)
-    _node("node-3", draining=True)
+    node_row("node-1", url="http://127.0.0.1:8010")
+    node_row("node-2", age_s=3600, url="http://127.0.0.1:8020")
+    node_row("node-3", draining=True, url="http://127.0.0.1:8030")
     register(api, "here", region="prices", all_keys=True, durable=True)
     far = DurableClient.objects.create(
         durable_id="far", owner=other_user, primary="node-2", secondaries=["node-1"]
@@ -388,7 +368,7 @@ def test_nodes_report_status_placement_and_queued_events(api, user, other_user, 
 
 def test_nodes_are_paged(api):
     for i in range(1, 4):
-        _node(f"node-{i}")
+        node_row(f"node-{i}", url=f"http://127.0.0.1:80{i}0")
     pages = follow_pages(api, f"{BASE}/nodes/?limit=2")
     assert [[n["name"] for n in page] for page in pages] == [
         ["node-1", "node-2"],

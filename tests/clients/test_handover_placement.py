@@ -52,7 +52,7 @@ def rounds(monkeypatch):
 def test_two_nodes_stopped_together_hand_a_shared_queue_to_the_node_left_up(
     user, adopted, rounds, django_capture_on_commit_callbacks
 ):
-    """Contract (operations.md "Graceful handover", DESIGN §5): SIGTERM hands
+    """Contract (operations.md "Graceful handover"): SIGTERM hands
     every queue the node hosts to another node; queues stay behind only when
     no other node is up (or Redis is away, or a copy is too long). Stopping
     two of three nodes at once (a scale-down) must therefore move a
@@ -158,7 +158,8 @@ def _event(seq, key, op, version):
 
 
 def test_a_copied_update_the_copys_fanout_superseded_is_conflated(user):
-    """Contract (DESIGN §3): events of one key reach a client in version
+    """Contract (docs/protocol.md, "Delivery rules"): events of one key
+    reach a client in version
     order, and every host of a queue holds the same events (an ``ack up_to``
     names the same rows everywhere). A copy made for a handover (or any new
     secondary) is the source's entries through ``copy_upto`` plus what the

@@ -1,6 +1,7 @@
 """Hostile REST requests on another owner's durable client: authorization
 comes before the body is judged, as the websocket door checks 4403 first
-(DESIGN §4: 403, or 404, for another owner's client whatever the body)."""
+(docs/protocol.md, "REST API": 403, or 404, for another owner's client
+whatever the body)."""
 
 import pytest
 from rest_framework.test import APIClient

@@ -87,7 +87,7 @@ def write(*keys):
 def test_a_relayed_ack_that_outruns_the_secondarys_fanout_leaves_no_acked_event_queued(
     user, region, monkeypatch
 ):
-    """Contract (DESIGN §3 ack, ARCHITECTURE "Life of a write" 5): an
+    """Contract (docs/protocol.md "ack", ARCHITECTURE "Life of a write" 5): an
     ``ack up_to`` names the same rows on every host, the secondaries drop
     them within a second, and a client gets each event once; after a
     failover only the acks of the last relay period may come again.

@@ -8,12 +8,12 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from cache import services as cache_services
-from cache.models import Event, Node
+from cache.models import Event
 from clients import fanout, maintenance, services
 from clients.models import DurableClient, QueueSizeReport
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from tests.helpers import connected_client
+from tests.helpers import connected_client, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -149,24 +149,13 @@ def test_tick_runs_every_step(user, region):
     assert node.fanout_through == event.seq
 
 
-def _node(name, *, through, alive):
-    beat = timezone.now() - timedelta(seconds=0 if alive else 3600)
-    return Node.objects.create(
-        name=name,
-        url="http://127.0.0.1:1",
-        started_at=beat,
-        last_heartbeat=beat,
-        fanout_through=through,
-    )
-
-
 def test_prune_is_held_back_by_live_nodes_and_dead_hosts_only(user, region):
     for i in range(6):
         cache_services.entry_put(region="prices", key=f"k{i}", value=i)
     Event.objects.update(ts=timezone.now() - timedelta(hours=1))
-    _node("node-1", through=5, alive=True)
-    _node("node-old", through=1, alive=False)
-    _node("node-host", through=3, alive=False)
+    node_row("node-1", fanout_through=5)
+    node_row("node-old", age_s=3600, fanout_through=1)
+    node_row("node-host", age_s=3600, fanout_through=3)
     DurableClient.objects.create(
         durable_id="kept", owner=user, primary="node-1", secondaries=["node-host"]
     )
@@ -183,7 +172,7 @@ def test_prune_stops_at_the_first_event_within_the_retention(user, region):
         cache_services.entry_put(region="prices", key=f"k{i}", value=i)
     old = timezone.now() - timedelta(hours=1)
     Event.objects.filter(seq__lte=3).update(ts=old)
-    _node("node-1", through=6, alive=True)
+    node_row("node-1", fanout_through=6)
     assert maintenance.prune_event_log() == 3
     assert list(Event.objects.values_list("seq", flat=True)) == [4, 5, 6]
     assert maintenance.prune_event_log() == 0  # the oldest left is recent
@@ -195,7 +184,7 @@ def test_prune_goes_chunk_by_chunk_from_the_oldest(user, region, monkeypatch):
     for i in range(7):
         cache_services.entry_put(region="prices", key=f"k{i}", value=i)
     Event.objects.update(ts=timezone.now() - timedelta(hours=1))
-    _node("node-1", through=6, alive=True)  # the 7th is not fanned out yet
+    node_row("node-1", fanout_through=6)  # the 7th is not fanned out yet
     assert maintenance.prune_event_log() == 4  # two chunks of two a tick
     assert list(Event.objects.values_list("seq", flat=True)) == [5, 6, 7]
     assert maintenance.prune_event_log() == 2  # held back at 6
@@ -206,8 +195,8 @@ def test_prune_goes_chunk_by_chunk_from_the_oldest(user, region, monkeypatch):
 def test_a_tick_that_may_not_judge_takes_no_node_for_dead(user):
     # Right after this node's own database outage every heartbeat looks
     # stale: such a tick must not disconnect clients or fail queues over.
-    _node("node-1", through=0, alive=True)
-    _node("node-2", through=0, alive=False)
+    node_row("node-1", fanout_through=0)
+    node_row("node-2", age_s=3600, fanout_through=0)
     client = DurableClient.objects.create(
         durable_id="on-2",
         owner=user,

@@ -29,7 +29,8 @@ def _heartbeat_stalled(name: str, seconds: float) -> None:
 async def test_a_node_whose_own_heartbeat_lagged_keeps_its_connected_clients(
     session, token, region, write, settings
 ):
-    """DESIGN §3/§6: a durable client is expired only when it "stays away
+    """docs/protocol.md, "Disconnects, keepalive, expiry": a durable
+    client is expired only when it "stays away
     longer than timeout"; a connected client's queue and interests stay.
 
     node-1's tick judges the other nodes by heartbeat age and takes itself

@@ -19,7 +19,7 @@ from clients import selectors as client_selectors
 from clients.matching import parse_selector
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from tests.helpers import queued_seqs
+from tests.helpers import hello, queued_seqs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
@@ -73,11 +73,6 @@ class PausedAfterRowCommit:
             raise self.error
 
 
-def hello(user: Any, durable_id: str) -> services.HelloResult:
-    options = services.parse_hello_options({"durable_id": durable_id})
-    return services.client_hello(user=user, socket_id="sock-1", options=options)
-
-
 def preregister(user: Any, durable_id: str) -> None:
     """What ``POST clients/{id}/interests/`` does (its view's two calls)."""
     client = services.client_ensure_offline(user=user, durable_id=durable_id)
@@ -101,7 +96,9 @@ def test_a_write_between_a_first_hello_and_its_queue_is_queued(
 ):
     # hello commits the new client's row; before it goes on, a backend
     # pre-registers interest for the id and a write is fanned out.
-    with PausedAfterRowCommit(monkeypatch, lambda: hello(user, "race")) as first:
+    with PausedAfterRowCommit(
+        monkeypatch, lambda: hello(user, "race", "sock-1")
+    ) as first:
         preregister(user, "race")
         seq = write_and_fan_out()
     assert first.result.pending_events == -2  # a new id: no queue was lost
@@ -114,7 +111,7 @@ def test_a_first_hello_during_a_preregistration_is_not_told_lost(
     # The pre-registration commits the new client's row; before it goes
     # on, the owner's first hello comes: nothing was ever lost.
     with PausedAfterRowCommit(monkeypatch, lambda: preregister(user, "race")):
-        result = hello(user, "race")
+        result = hello(user, "race", "sock-1")
     assert result.pending_events in (-2, 0), result
     seq = write_and_fan_out()
     assert queued_seqs(result.client.id) == [seq]

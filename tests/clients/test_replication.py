@@ -11,7 +11,6 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -28,41 +27,29 @@ from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueueState
 from tests.clients.conftest import recorder
+from tests.helpers import hello, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 HERE = "node-1"
 
 
-def node_row(name, *, down=False, draining=False, url="http://127.0.0.1:1"):
-    """A Node (unsaved): heartbeat now, or well past the node timeout."""
-    now = timezone.now()
-    age = settings.DURABLECACHE_NODE_TIMEOUT_S * 10 if down else 0
-    return Node(
-        name=name,
-        url=url,
-        started_at=now - timedelta(hours=1),
-        last_heartbeat=now - timedelta(seconds=age),
-        is_draining=draining,
-    )
-
-
 def nodes(*, up=(), draining=(), down=()):
     """Save Node rows; return the membership they make."""
     for name in up:
-        node_row(name, url=f"http://{name}.test:8000").save()
+        node_row(name, url=f"http://{name}.test:8000")
     for name in draining:
-        node_row(name, draining=True).save()
+        node_row(name, draining=True)
     for name in down:
-        node_row(name, down=True).save()
+        node_row(name, down=True)
     return Membership.read()
 
 
 def members(*, up=(), draining=(), down=()):
     """A membership from unsaved rows (no database)."""
-    rows = {n: node_row(n) for n in up}
-    rows.update({n: node_row(n, draining=True) for n in draining})
-    rows.update({n: node_row(n, down=True) for n in down})
+    rows = {n: node_row(n, save=False) for n in up}
+    rows.update({n: node_row(n, draining=True, save=False) for n in draining})
+    rows.update({n: node_row(n, down=True, save=False) for n in down})
     return Membership(rows=rows)
 
 
@@ -83,11 +70,6 @@ def stored(user, durable_id="d1", **fields):
 def hosts_of(client):
     client.refresh_from_db()
     return client.primary, client.secondaries, client.syncing
-
-
-def hello(user, durable_id="d1", channel="ch-1", **extra):
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def fill_queue(client_id, seqs, *, durable_id="d1"):
@@ -136,7 +118,7 @@ def probed(monkeypatch):
 
 def test_state_is_up_draining_or_down_by_heartbeat_and_flag():
     m = members(up=["a"], draining=["b"], down=["c"])
-    m.rows["d"] = node_row("d", down=True, draining=True)
+    m.rows["d"] = node_row("d", down=True, draining=True, save=False)
     assert [m.state(n) for n in "abcd"] == [UP, DRAINING, DOWN, DOWN]
     # No row: down, unless it is this node before its first heartbeat.
     assert m.state("zz") == DOWN
@@ -147,7 +129,7 @@ def test_state_is_up_draining_or_down_by_heartbeat_and_flag():
 def test_state_horizon_is_the_node_timeout(settings):
     settings.DURABLECACHE_NODE_TIMEOUT_S = 30
     now = timezone.now()
-    fresh, stale = node_row("fresh"), node_row("stale")
+    fresh, stale = node_row("fresh", save=False), node_row("stale", save=False)
     fresh.last_heartbeat = now - timedelta(seconds=20)
     stale.last_heartbeat = now - timedelta(seconds=40)
     m = Membership(rows={"fresh": fresh, "stale": stale})

@@ -14,13 +14,9 @@ from clients.models import ClientHistory, DurableClient, Interest, LostQueue
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
 from queues.models import QueueState
+from tests.helpers import hello
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
-
-
-def hello(user, durable_id="d1", channel="ch-1", **extra):
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id=channel, options=options)
 
 
 def register(client, region="prices", durable=True, **selector):
@@ -40,20 +36,20 @@ def test_pending_events_is_minus_two_then_count(user, region):
     cache_services.entry_put(region="prices", key="a", value=1)
     fanout.fanout_node("node-1")
     services.client_disconnected(client_id=first.client.id, socket_id="ch-1")
-    assert hello(user, channel="ch-2").pending_events == 1
+    assert hello(user, socket_id="ch-2").pending_events == 1
 
 
 def test_durable_id_of_another_user_is_refused_even_offline(user, other_user):
     result = hello(user)
     services.client_disconnected(client_id=result.client.id, socket_id="ch-1")
     with pytest.raises(ClientOwnedError):
-        hello(other_user, channel="ch-2")
+        hello(other_user, socket_id="ch-2")
 
 
 def test_second_connection_of_a_connected_durable_id_is_refused(user):
     hello(user)
     with pytest.raises(ClientConnectedError):
-        hello(user, channel="ch-2")
+        hello(user, socket_id="ch-2")
 
 
 def test_expiry_tombstones_the_id_then_minus_one_then_minus_two(
@@ -71,10 +67,10 @@ def test_expiry_tombstones_the_id_then_minus_one_then_minus_two(
     assert LostQueue.objects.filter(durable_id="d1").exists()
     assert not Interest.objects.exists()
     assert queue_selectors.queue_size(client_id=result.client.id) == -2
-    again = hello(user, channel="ch-2")
+    again = hello(user, socket_id="ch-2")
     assert again.pending_events == -1
     services.client_close(client_id=again.client.id, socket_id="ch-2", keepalive=False)
-    assert hello(user, channel="ch-3").pending_events == -2
+    assert hello(user, socket_id="ch-3").pending_events == -2
 
 
 def test_keepalive_drops_only_non_durable_interests_and_keeps_their_events(
@@ -152,7 +148,7 @@ def test_node_restart_forgets_its_sockets(user):
     result.client.refresh_from_db()
     assert not result.client.is_connected
     assert result.client.expires_at is not None
-    assert hello(user, channel="ch-2").pending_events == 0
+    assert hello(user, socket_id="ch-2").pending_events == 0
 
 
 def test_hello_options_are_validated():

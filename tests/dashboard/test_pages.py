@@ -31,9 +31,10 @@ from clients.models import (
     QueueSizeReport,
 )
 from dashboard import urls as dashboard_urls
-from dashboard import views as dashboard
+from dashboard.views import clients as client_pages
 from queues import selectors as queue_selectors
 from queues import services as queue_services
+from tests.helpers import hello, node_row
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -172,13 +173,6 @@ def op(operator):
     return browser_for(operator)
 
 
-def hello(user, durable_id="d1", channel="ch-1", **extra):
-    options = client_services.parse_hello_options({"durable_id": durable_id, **extra})
-    return client_services.client_hello(
-        user=user, socket_id=channel, options=options
-    ).client
-
-
 def register(client, region="prices", durable=True, **selector):
     return client_services.interest_register(
         client=client,
@@ -193,18 +187,6 @@ def disconnect(client, channel="ch-1"):
     client_services.client_disconnected(client_id=client.id, socket_id=channel)
     client.refresh_from_db()
     return client
-
-
-def node_row(name, *, down=False, draining=False, url=None):
-    now = timezone.now()
-    age = settings.DURABLECACHE_NODE_TIMEOUT_S * 10 if down else 0
-    return Node.objects.create(
-        name=name,
-        url=url or f"http://{name}.test:8000",
-        started_at=now - timedelta(hours=1),
-        last_heartbeat=now - timedelta(seconds=age),
-        is_draining=draining,
-    )
 
 
 def history_of(durable_id):
@@ -240,7 +222,7 @@ POST_DATA = {"key": "a", "value": "2", "name": "new-region"}
 @pytest.fixture
 def world(user, region):
     """A connected durable client d1 with one interest; prices:a = 1."""
-    client = hello(user)
+    client = hello(user).client
     (interest,) = register(client, keys=["a"])
     cache_services.entry_put(region="prices", key="a", value=1)
     return {"client": client, "interest": interest}
@@ -399,9 +381,9 @@ def test_the_confirmation_form_carries_a_working_csrf_token(
 
 def test_overview_lists_nodes_with_their_status_and_numbers(user, op, region):
     cache_services.node_register(name=HERE, url="http://127.0.0.1:8000")
-    node_row("node-2", down=True)
-    node_row("node-3", draining=True)
-    client = hello(user)
+    node_row("node-2", down=True, url="http://node-2.test:8000")
+    node_row("node-3", draining=True, url="http://node-3.test:8000")
+    client = hello(user).client
     register(client)
     cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2})
     fanout.fanout_node(HERE)
@@ -421,9 +403,9 @@ def test_overview_lists_nodes_with_their_status_and_numbers(user, op, region):
 
 
 def test_overview_recent_activity_shows_the_history_newest_first(user, op):
-    client = hello(user, "d1")
+    client = hello(user, "d1").client
     disconnect(client)
-    hello(user, "d2", channel="ch-2")
+    hello(user, "d2", socket_id="ch-2")
     page = dom(op.get("/dashboard/"))
     items = page.by_id("activity").find_all("li")
     assert [(li.find("a").text(), li.find("span").text()) for li in items] == [
@@ -441,10 +423,10 @@ def test_overview_with_no_history_says_so(op):
 
 
 def test_counts_are_connected_disconnected_and_expired_in_the_last_hour(user, op):
-    hello(user, "c1", channel="ch-1")
-    hello(user, "c2", channel="ch-2")
-    disconnect(hello(user, "gone-soon", channel="ch-3"), channel="ch-3")
-    hello(user, None, channel="ch-4")  # not durable: not counted
+    hello(user, "c1", socket_id="ch-1")
+    hello(user, "c2", socket_id="ch-2")
+    disconnect(hello(user, "gone-soon", socket_id="ch-3").client, channel="ch-3")
+    hello(user, None, socket_id="ch-4")  # not durable: not counted
     LostQueue.objects.create(durable_id="x1", reason="expired", owner=user)
     old = LostQueue.objects.create(durable_id="x2", reason="expired", owner=user)
     LostQueue.objects.filter(pk=old.pk).update(
@@ -466,7 +448,7 @@ def test_counts_are_connected_disconnected_and_expired_in_the_last_hour(user, op
 def mixed(user, other_user):
     """Connected c-1 (alice), disconnected d-1 (bob), lost queues x-1 and y-1."""
     hello(user, "c-1")
-    disconnect(hello(other_user, "d-1", channel="ch-2"), channel="ch-2")
+    disconnect(hello(other_user, "d-1", socket_id="ch-2").client, channel="ch-2")
     LostQueue.objects.create(durable_id="x-1", reason="expired", owner=user)
     LostQueue.objects.create(durable_id="y-1", reason="lost", owner=user)
 
@@ -518,7 +500,7 @@ def test_clients_search_is_a_case_insensitive_substring(user, op):
 
 def test_clients_search_within_a_state_and_the_expired_list(user, op):
     hello(user, "app-on")
-    disconnect(hello(user, "app-off", channel="ch-2"), channel="ch-2")
+    disconnect(hello(user, "app-off", socket_id="ch-2").client, channel="ch-2")
     LostQueue.objects.create(durable_id="app-lost", reason="expired", owner=user)
     LostQueue.objects.create(durable_id="web-lost", reason="expired", owner=user)
     query = {"state": "disconnected", "q": "APP"}
@@ -547,7 +529,7 @@ def test_clients_paging_across_120_clients(user, op):
     for durable_id in reversed(ids):  # created out of order
         DurableClient.objects.create(durable_id=durable_id, owner=user)
     pages, hrefs = follow_next(op, "/dashboard/clients/")
-    assert [len(p) for p in pages] == [dashboard.PAGE, dashboard.PAGE, 20]
+    assert [len(p) for p in pages] == [client_pages.PAGE, client_pages.PAGE, 20]
     assert [i for p in pages for i in p] == ids
     assert hrefs == ["?after=c049", "?after=c099"]
 
@@ -578,7 +560,7 @@ def test_expired_list_pages_too(user, op):
 
 
 def test_clients_show_queue_size_per_host_and_pending(user, op, region):
-    client = hello(user)
+    client = hello(user).client
     register(client)
     cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2})
     fanout.fanout_node(HERE)
@@ -606,7 +588,9 @@ def test_a_host_without_a_report_shows_zero(user, op):
 
 def test_countdown_only_for_disconnected_clients(user, op):
     hello(user, "on")
-    off = disconnect(hello(user, "off", channel="ch-2", timeout=90), channel="ch-2")
+    off = disconnect(
+        hello(user, "off", socket_id="ch-2", timeout=90).client, channel="ch-2"
+    )
     page = dom(op.get("/dashboard/clients/"))
     rows = {tr.attrs["data-durable-id"]: tr for tr in body_rows(page, "clients")}
     assert rows["on"].find("time") is None
@@ -622,7 +606,7 @@ def test_countdown_only_for_disconnected_clients(user, op):
 
 def test_client_page_lists_its_interests(user, op, region):
     cache_services.region_create(name="rates")
-    client = hello(user)
+    client = hello(user).client
     register(client, keys=["a", "b"])
     register(client, region="rates", durable=False, regex="^eur")
     register(client, region="rates")
@@ -648,7 +632,7 @@ def test_client_page_without_interests_says_so(user, op):
 
 
 def test_client_page_peeks_at_the_queue_and_pages_with_after(user, op, region):
-    client = hello(user)
+    client = hello(user).client
     register(client)
     keys = [f"k{i:02d}" for i in range(60)]
     events = cache_services.entry_putall(
@@ -658,7 +642,7 @@ def test_client_page_peeks_at_the_queue_and_pages_with_after(user, op, region):
     seqs = [e.seq for e in events]
     page = dom(op.get("/dashboard/clients/d1/"))
     rows = [cells(r) for r in body_rows(page, "queue")]
-    assert [int(r[0]) for r in rows] == seqs[: dashboard.QUEUE_PAGE]
+    assert [int(r[0]) for r in rows] == seqs[: client_pages.QUEUE_PAGE]
     assert rows[0][1:6] == ["create", "prices", "k00", "1", "0"]
     link = page.by_id("queue").parent.find("a", href=f"?after={seqs[49]}")
     assert link is not None
@@ -672,7 +656,7 @@ def test_client_page_peeks_at_the_queue_and_pages_with_after(user, op, region):
 
 
 def test_client_page_shows_each_change_and_ignores_a_bad_after(user, op, region):
-    client = hello(user)
+    client = hello(user).client
     register(client)
     cache_services.entry_put(region="prices", key="a", value={"x": [1, 2]})
     cache_services.entry_invalidate(region="prices", key="a")
@@ -687,9 +671,9 @@ def test_client_page_shows_each_change_and_ignores_a_bad_after(user, op, region)
 
 
 def test_client_page_history_shows_connects_and_disconnects(user, op):
-    client = hello(user)
+    client = hello(user).client
     disconnect(client)
-    hello(user, channel="ch-2")
+    hello(user, socket_id="ch-2")
     page = dom(op.get("/dashboard/clients/d1/"))
     assert kinds(page) == ["connected", "disconnected", "connected"]
     assert page.by_id("client-state").text() == "connected"
@@ -697,7 +681,7 @@ def test_client_page_history_shows_connects_and_disconnects(user, op):
 
 
 def test_a_disconnected_client_page_counts_down(user, op):
-    client = disconnect(hello(user, timeout=120))
+    client = disconnect(hello(user, timeout=120).client)
     page = dom(op.get("/dashboard/clients/d1/"))
     assert page.by_id("client-state").text() == "disconnected"
     countdown = page.by_id("client-expires").find("time")
@@ -719,7 +703,7 @@ def test_client_on_another_primary_links_there_and_reads_no_queue(user, op):
 
 
 def test_client_state_json_of_a_connected_client(user, op, region):
-    client = hello(user)
+    client = hello(user).client
     register(client)
     cache_services.entry_put(region="prices", key="a", value=1)
     fanout.fanout_node(HERE)
@@ -744,7 +728,7 @@ def test_client_state_json_of_a_connected_client(user, op, region):
 
 
 def test_client_state_json_of_a_disconnected_and_a_gone_client(user, op):
-    client = disconnect(hello(user, timeout=60))
+    client = disconnect(hello(user, timeout=60).client)
     state = op.get("/dashboard/clients/d1/state.json").json()
     assert (state["state"], state["node"]) == ("disconnected", HERE)
     assert state["expires_at"] == client.expires_at.isoformat()
@@ -758,7 +742,7 @@ def test_client_state_json_of_a_disconnected_and_a_gone_client(user, op):
 def test_a_gone_client_is_a_404_page_that_still_shows_its_history(
     user, operator, op, django_capture_on_commit_callbacks
 ):
-    client = hello(user)
+    client = hello(user).client
     disconnect(client)
     with django_capture_on_commit_callbacks(execute=True):
         client_services.client_delete(user=operator, durable_id="d1")
@@ -784,7 +768,7 @@ def confirm_page(browser, path, title):
 
 
 def test_close_a_client(user, op, region, django_capture_on_commit_callbacks):
-    client = hello(user)
+    client = hello(user).client
     register(client)
     cache_services.entry_put(region="prices", key="a", value=1)
     fanout.fanout_node(HERE)
@@ -814,7 +798,7 @@ def test_closing_an_unknown_client_says_so(op):
 
 
 def test_remove_an_interest(user, op, region):
-    client = hello(user)
+    client = hello(user).client
     first, second = register(client, keys=["a", "b"])
     path = f"/dashboard/clients/d1/interests/{first.pk}/remove/"
     page = confirm_page(op, path, "Remove this interest?")
@@ -828,8 +812,8 @@ def test_remove_an_interest(user, op, region):
 
 
 def test_removing_an_unknown_interest_changes_nothing(user, other_user, op, region):
-    (mine,) = register(hello(user), keys=["a"])
-    hello(other_user, "d2", channel="ch-2")
+    (mine,) = register(hello(user).client, keys=["a"])
+    hello(other_user, "d2", socket_id="ch-2")
     # d1's interest asked for under d2: not d2's, so not removed.
     response = op.post(
         f"/dashboard/clients/d2/interests/{mine.pk}/remove/", follow=True
@@ -1099,9 +1083,9 @@ def page_kinds(browser, durable_id):
 
 
 def test_history_of_connect_disconnect_and_close(user, op):
-    client = hello(user)
+    client = hello(user).client
     disconnect(client)
-    hello(user, channel="ch-2")
+    hello(user, socket_id="ch-2")
     client_services.client_close(client_id=client.id, socket_id="ch-2", keepalive=False)
     assert not DurableClient.objects.exists()
     assert not LostQueue.objects.exists()
@@ -1112,7 +1096,7 @@ def test_history_of_connect_disconnect_and_close(user, op):
 
 
 def test_history_of_a_keepalive_close_is_a_disconnect(user, op):
-    client = hello(user)
+    client = hello(user).client
     client_services.client_close(client_id=client.id, socket_id="ch-1", keepalive=True)
     assert history_of("d1") == ["connected", "disconnected"]
     assert page_kinds(op, "d1") == ["disconnected", "connected"]
@@ -1127,7 +1111,7 @@ def test_history_of_a_delete(user, operator, op):
 
 
 def test_history_of_an_expiry(user, op):
-    client = disconnect(hello(user, timeout=30))
+    client = disconnect(hello(user, timeout=30).client)
     DurableClient.objects.filter(pk=client.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -1143,14 +1127,14 @@ def test_history_of_an_expiry(user, op):
 
 
 def test_a_client_not_yet_due_does_not_expire(user):
-    disconnect(hello(user, timeout=30))
+    disconnect(hello(user, timeout=30).client)
     assert client_services.clients_expire() == 0
     assert history_of("d1") == ["connected", "disconnected"]
 
 
 def test_history_of_a_failover(user, op):
-    node_row(HERE, down=True)
-    node_row("node-2")
+    node_row(HERE, down=True, url=f"http://{HERE}.test:8000")
+    node_row("node-2", url="http://node-2.test:8000")
     client = DurableClient.objects.create(
         durable_id="d1", owner=user, primary=HERE, secondaries=["node-2"]
     )
@@ -1169,8 +1153,8 @@ def test_history_of_a_failover(user, op):
 
 
 def test_no_failover_history_without_a_complete_secondary(user):
-    node_row(HERE, down=True)
-    node_row("node-2")
+    node_row(HERE, down=True, url=f"http://{HERE}.test:8000")
+    node_row("node-2", url="http://node-2.test:8000")
     client = DurableClient.objects.create(
         durable_id="d1",
         owner=user,
@@ -1184,7 +1168,7 @@ def test_no_failover_history_without_a_complete_secondary(user):
 
 
 def test_non_durable_clients_leave_no_history(user):
-    client = hello(user, None)
+    client = hello(user, None).client
     client_services.client_disconnected(client_id=client.id, socket_id="ch-1")
     assert not ClientHistory.objects.exists()
 
@@ -1195,9 +1179,9 @@ def test_non_durable_clients_leave_no_history(user):
 def test_sample_records_the_node_and_the_queues_it_is_primary_of(user, op, region):
     cache_services.node_register(name=HERE, url="http://127.0.0.1:8000")
     Node.objects.filter(name=HERE).update(delivered_total=5)
-    p1 = hello(user, "p1")
-    p2 = hello(user, "p2", channel="ch-2")
-    anonymous = hello(user, None, channel="ch-3")
+    p1 = hello(user, "p1").client
+    p2 = hello(user, "p2", socket_id="ch-2").client
+    anonymous = hello(user, None, socket_id="ch-3").client
     copy = DurableClient.objects.create(durable_id="copy", owner=user, primary="node-2")
     queue_services.queue_ensure(client_id=copy.id, durable_id="copy", conflate="false")
     for client in (p1, anonymous, copy):
@@ -1327,7 +1311,7 @@ def test_an_unknown_region_page_sends_back_to_the_regions_list(operator):
 
 
 def test_clients_list_counts_each_clients_interests(operator, user, region):
-    client = hello(user, "counted")
+    client = hello(user, "counted").client
     for key in ("a", "b", "c"):
         client_services.interest_register(
             client=client,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from durablecache.management.commands.runnode import Node
 from durablecache.supervision import liveness
+from durablecache.supervision.node import Node
 
 
 @pytest.fixture

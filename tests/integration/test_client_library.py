@@ -1,6 +1,7 @@
 """The Python client library (sdk/python) against real nodes.
 
-DESIGN.md section 6 as the application sees it: replay flag, marker and
+The client library's behaviour (sdk/python/README.md, "Behaviour") as the
+application sees it: replay flag, marker and
 ``after_region_live`` order, the version rule of the local cache, reconnect
 after a node crash with every event delivered once, duplicates dropped after
 a reconnect, the ``subscribe`` CLI, and ``pending_event_count``. Both faces

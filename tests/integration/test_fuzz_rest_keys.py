@@ -99,7 +99,8 @@ def segment(rng: random.Random) -> str:
 
 
 def valid_key(key: str) -> bool:
-    """DESIGN §1: 1-512 characters, none of category Cc, no lone surrogate."""
+    """docs/protocol.md, "Selectors and limits": 1-512 characters, none of
+    category Cc, no lone surrogate."""
     try:
         key.encode("utf-8")
     except UnicodeEncodeError:

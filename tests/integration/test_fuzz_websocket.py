@@ -11,9 +11,10 @@ size limit, and bursts of bad frames. After every frame a barrier frame
 * a frame that is a JSON object with a readable ``id`` (a string of at
   most 128 characters at its top level) is answered with that id: by an
   error, or by its reply; only a successful ``ack`` or ``ready`` has no
-  reply of its own (DESIGN §3);
-* every error has a code DESIGN §3 names, and a reply is valid UTF-8 JSON;
-* the socket is closed only with a code DESIGN §3 names, for the reason
+  reply of its own (docs/protocol.md, "Hostile input");
+* every error has a code docs/protocol.md names ("Errors and close
+  codes"), and a reply is valid UTF-8 JSON;
+* the socket is closed only with a code docs/protocol.md names, for the reason
   that code means (4413 after a frame over the limit, 4400 after an error,
   1000 after ``closed``, 4403/4409 after a ``hello``); it is dropped
   without a close frame only after a text frame that is not UTF-8;
@@ -69,7 +70,7 @@ TYPES = [
     "ack",
     "close",
 ]
-# Query strings for register_cq (DESIGN §3.1): valid ones, each refusal
+# Query strings for register_cq (docs/cq.md): valid ones, each refusal
 # the language names, and hostile text. Extend it when CQs exist.
 CQ_QUERIES = [
     "key = 'a'",

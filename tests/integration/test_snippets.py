@@ -390,7 +390,7 @@ def test_readme_try_it_and_failover_as_printed(cluster, terminal):
         timeout=30,
         check=False,
     )
-    # It names our own node-2 alone, or the block is not run at all.
+    # It names this test's own node-2 alone, or the block is not run at all.
     assert found.stdout.split() == [str(cluster.node_pid("node-2"))]
     since = len(cluster.lines)
 

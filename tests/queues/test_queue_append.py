@@ -14,17 +14,13 @@ from clients.models import DurableClient
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueEntry, QueueState
+from tests.helpers import hello
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 
-def _hello(user, durable_id="d1", **extra):
-    options = services.parse_hello_options({"durable_id": durable_id, **extra})
-    return services.client_hello(user=user, socket_id="ch-1", options=options)
-
-
 def test_put_reaches_interested_durable_queue(user, region):
-    result = _hello(user)
+    result = hello(user)
     assert result.pending_events == -2
     services.interest_register(
         client=result.client,
@@ -46,8 +42,8 @@ def test_put_reaches_interested_durable_queue(user, region):
 
 def test_a_conflating_queue_keeps_the_create_and_the_last_update(user):
     cache_services.region_create(name="c", conflate_events=True)
-    client = _hello(user, "conf").client
-    other = _hello(user, "noconf", conflate=False).client
+    client = hello(user, "conf").client
+    other = hello(user, "noconf", conflate=False).client
     for c in (client, other):
         services.interest_register(
             client=c,
@@ -96,7 +92,7 @@ def _key_written_twice_in_each(client, *regions):
 
 def test_queued_rows_say_whether_they_may_conflate(user, region):
     cache_services.region_create(name="c", conflate_events=True)
-    client = _hello(user, "server-mode").client
+    client = hello(user, "server-mode").client
     _key_written_twice_in_each(client, "c", "prices")
     cache_services.entry_destroy(region="c", key="k")
     fanout.fanout_node("node-1")
@@ -112,7 +108,7 @@ def test_queued_rows_say_whether_they_may_conflate(user, region):
 
 def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
     cache_services.region_create(name="c", conflate_events=True)
-    client = _hello(user, "changes").client
+    client = hello(user, "changes").client
     _key_written_twice_in_each(client, "c", "prices")
     fanout.fanout_node("node-1")
 
@@ -121,7 +117,7 @@ def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
 
     def again(conflate):
         services.client_disconnected(client_id=client.id, socket_id="ch-1")
-        _hello(user, "changes", conflate=conflate)
+        hello(user, "changes", conflate=conflate)
 
     assert updates() == [True, False]
     again(False)
@@ -141,11 +137,11 @@ def test_a_mode_changed_by_hello_reclassifies_the_queued_updates(user, region):
 
 
 def test_mode_server_without_a_conflating_region_conflates_nothing(user, region):
-    client = _hello(user, "none-conflate", conflate=True).client
+    client = hello(user, "none-conflate", conflate=True).client
     _key_written_twice_in_each(client, "prices")
     fanout.fanout_node("node-1")
     services.client_disconnected(client_id=client.id, socket_id="ch-1")
-    _hello(user, "none-conflate", conflate="server")
+    hello(user, "none-conflate", conflate="server")
     assert _flags(client.id) == [
         ("prices", "create", 1, False),
         ("prices", "update", 2, False),
@@ -156,7 +152,7 @@ def _away_in_mode(user, durable_id, conflate):
     """A client of mode ``conflate`` interested in every key of region "c"
     (which conflates), gone away; its queue is on node-1."""
     cache_services.region_create(name="c", conflate_events=True)
-    client = _hello(user, durable_id, conflate=conflate).client
+    client = hello(user, durable_id, conflate=conflate).client
     _interested(client, "c")
     services.client_disconnected(client_id=client.id, socket_id="ch-1")
     return client

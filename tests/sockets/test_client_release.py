@@ -12,6 +12,7 @@ from clients import services
 from clients.models import ClientHistory, DurableClient
 from durablecache.asgi import application
 from sockets import wakeups
+from tests.helpers import hello
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 PATH = "/ws/v1/subscribe"
@@ -126,19 +127,14 @@ async def test_a_hello_killed_in_flight_does_not_leave_the_id_connected(
     assert welcome["type"] == "welcome"
 
 
-def _hello(user, durable_id, socket_id):
-    options = services.parse_hello_options({"durable_id": durable_id})
-    services.client_hello(user=user, socket_id=socket_id, options=options)
-
-
 async def test_the_reconcile_releases_only_clients_of_sockets_this_process_lost(
     token, user, region, session
 ):
     # A socket whose release failed (the database away as it ended), one
     # still open here, and one of another process of the cluster.
-    await db(_hello)(user, "lost", wakeups.hub.new_socket_id())
+    await db(hello)(user, "lost", wakeups.hub.new_socket_id())
     _sock, _ = await session(token, durable_id="open")
-    await db(_hello)(user, "elsewhere", "node-2!0123456789ab.0f")
+    await db(hello)(user, "elsewhere", "node-2!0123456789ab.0f")
 
     assert await wakeups.hub.reconcile() == 1
 

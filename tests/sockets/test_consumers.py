@@ -1,18 +1,18 @@
-"""The websocket door, protocol v1 (DESIGN.md section 3), through the ASGI app."""
+"""The websocket door, protocol v1 (docs/protocol.md), through the ASGI app."""
 
 import pytest
 from channels.db import database_sync_to_async as db
 from channels.layers import get_channel_layer
-from django.utils import timezone
 
 from cache import selectors as cache_selectors
 from cache import services as cache_services
-from cache.models import Event, Node
+from cache.models import Event
 from clients import fanout, services
 from clients.models import DurableClient, Interest
 from queues import notify
 from queues import selectors as queue_selectors
 from sockets import put_rounds
+from tests.helpers import node_row
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
@@ -270,10 +270,7 @@ async def test_redundancy_above_the_live_nodes_is_accepted_unsatisfied(session, 
 
 
 async def test_client_whose_primary_is_another_live_node_is_redirected(ws, token, user):
-    now = timezone.now()
-    await db(Node.objects.create)(
-        name="node-2", url="http://10.0.0.2:8002", started_at=now, last_heartbeat=now
-    )
+    await db(node_row)("node-2", url="http://10.0.0.2:8002")
     await db(DurableClient.objects.create)(
         durable_id="d1", owner=user, primary="node-2"
     )
@@ -787,7 +784,8 @@ async def test_conflation_of_updates_queued_while_away(
 
 
 async def test_an_update_sent_and_not_acked_is_not_conflated(session, token, write):
-    # DESIGN: only an update still undelivered is removed by a newer one; a
+    # docs/protocol.md, "Conflation": only an update still undelivered is
+    # removed by a newer one; a
     # delivered one stays queued until acked. Each update here is sent
     # before the next is written, and none is acked.
     await db(cache_services.region_create)(name="conf", conflate_events=True)

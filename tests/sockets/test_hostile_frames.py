@@ -1,5 +1,6 @@
 """Hostile frames on the subscriber socket: every frame that is a JSON
-object with a readable ``id`` is answered with that id (DESIGN §3), with
+object with a readable ``id`` is answered with that id (docs/protocol.md,
+"Hostile input"), with
 the code of the field that is wrong, and changes nothing."""
 
 import json

@@ -8,20 +8,19 @@ worker's threads) lose whole milliseconds at every hand-over. Here a
 transaction (``BEGIN IMMEDIATE``, what Django's ``atomic`` opens) first takes
 a ``threading.Lock`` for its database file, released at commit, rollback
 or close, so this process's writers queue and hand over at once; only
-writers of other processes still meet the busy handler. Measured on the
-fan-out benchmark (docs/performance.md): PUT latency max 1.2 s -> 0.6 s,
-frames p99 4.6-6.3 s -> 3.0-4.5 s.
+writers of other processes still meet the busy handler
+(docs/decisions/0008-sqlite-backend.md has the figures).
 
 A transaction that cannot have the lock within the connection's timeout
 goes on without it (SQLite still serialises it): never a deadlock, at
-worst the old behaviour. Statements in autocommit mode do not take it.
+worst SQLite's own busy handler. Statements in autocommit mode do not take it.
 
 Across processes the ``BEGIN IMMEDIATE`` itself is retried every
 ``BEGIN_POLL_MS`` instead of waiting in SQLite's busy handler, whose
 sleeps grow to 100 ms: a process whose write transactions follow each
 other closely (a node's Daphne with its delivery rounds, its worker with
-its fan-outs) took the lock again and again while the other slept, and
-the fan-out waited up to 1.6 s for the node store (docs/performance.md).
+its fan-outs) would take the lock again and again while the other slept,
+and the fan-out would wait whole seconds for the node store.
 Other statements keep the connection's timeout.
 """
 

@@ -1,6 +1,6 @@
 """Python client for durablecache: durable subscriptions over websockets.
 
-Usage and behaviour: sdk/python/README.md; protocol: DESIGN.md section 3.
+Usage and behaviour: sdk/python/README.md; protocol: docs/protocol.md.
 """
 
 from .client import AsyncDurableClient

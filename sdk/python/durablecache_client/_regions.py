@@ -2,7 +2,7 @@
 
 A layer of `AsyncDurableClient` (see `_core`). Every interest and CQ is
 remembered as first sent and sent again on each new session, so a
-reconnect restores them (DESIGN.md section 6).
+reconnect restores them (sdk/python/README.md, "Behaviour").
 """
 
 from __future__ import annotations

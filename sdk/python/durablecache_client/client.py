@@ -1,6 +1,6 @@
 """The asyncio durable client: its public API.
 
-Protocol: DESIGN.md section 3; client behaviour: DESIGN.md section 6 and
+Protocol: docs/protocol.md; client behaviour: sdk/python/README.md ("Behaviour") and
 sdk/python/README.md (reconnect, ack and duplicate rules). The machinery
 behind the API is in the client's layers, one module each (`_core`).
 """

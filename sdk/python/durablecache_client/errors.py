@@ -1,6 +1,7 @@
 """Exceptions raised by the durablecache client.
 
-Error codes and close codes: DESIGN.md section 3 (websocket protocol v1).
+Error codes and close codes: docs/protocol.md, "Errors and close codes"
+(websocket protocol v1).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Value objects parsed from server frames, and the listener interface.
 
-Frame shapes: DESIGN.md section 3. When the protocol adds a field, add it to
-the matching `from_frame` here; unknown fields are ignored on purpose so an
-older client keeps working against a newer server.
+Frame shapes: docs/protocol.md, "Server → client frames". When the
+protocol adds a field, add it to the matching `from_frame` here; unknown
+fields are ignored on purpose so an older client keeps working against a
+newer server.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A region handle: the local cache of one region and its registrations.
 
-Cache rule (DESIGN.md section 6): an image entry or an event changes the
+Cache rule (sdk/python/README.md, "Behaviour"): an image entry or an event changes the
 cache only when its `version` is newer than the version held for that key, so
 a replayed old update never overwrites a current value. A destroyed key keeps
 a tombstone with its version for `tombstone_ttl` seconds so an older replay

@@ -19,7 +19,7 @@ async def round_trips(conn, n=3):
 async def test_an_event_arriving_after_close_s_final_ack_is_not_handed_over(
     fake_server, make_client, recorder
 ):
-    """Contract (DESIGN §3, §6; sdk README "Acks", "Close"): the library
+    """Contract (docs/protocol.md, "close"; sdk README "Acks", "Close"): the library
     acks what it handed to the listener, and "close() first lets already
     received events reach the listener, then sends a final ack"; with
     ``keepalive=True`` the server keeps the unacked events and replays

@@ -1,4 +1,4 @@
-"""How a compiled condition judges one entry (DESIGN.md §3.1)."""
+"""How a compiled condition judges one entry (docs/cq.md, "Evaluation")."""
 
 import json
 

@@ -1,5 +1,5 @@
 """Membership of an entry in a CQ's result and the ``cq_op`` of a change,
-one query at a time and many at once (DESIGN.md §3.1)."""
+one query at a time and many at once (docs/cq.md, "Membership and `cq_op`")."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""What the CQ parser accepts and the tree it builds (DESIGN.md §3.1)."""
+"""What the CQ parser accepts and the tree it builds (docs/cq.md, "Grammar")."""
 
 import pytest
 

@@ -3,7 +3,7 @@
 import pytest
 
 from cache import services as cache_services
-from durablecache.management.commands import runnode
+from durablecache.supervision import node as supervisor
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -11,11 +11,11 @@ pytestmark = pytest.mark.django_db(databases=["default", "node"])
 @pytest.fixture
 def stopping_node(monkeypatch):
     """node-2 about to stop, one queue left after its handover."""
-    monkeypatch.setattr(runnode.replication, "node_handover", lambda **kw: 1)
-    monkeypatch.setattr(runnode.notify, "close_node", lambda *args: None)
-    monkeypatch.setattr(runnode.time, "sleep", lambda s: None)
+    monkeypatch.setattr(supervisor.replication, "node_handover", lambda **kw: 1)
+    monkeypatch.setattr(supervisor.notify, "close_node", lambda *args: None)
+    monkeypatch.setattr(supervisor.time, "sleep", lambda s: None)
     cache_services.node_register(name="node-2", url="http://127.0.0.1:8001")
-    return runnode.Node("node-2", "http://127.0.0.1:8001", {})
+    return supervisor.Node("node-2", "http://127.0.0.1:8001", {})
 
 
 def test_when_every_node_stops_it_says_where_the_queue_waits(stopping_node, capsys):

@@ -1,0 +1,69 @@
+"""Reads of clients and interests, shaped for the websocket, REST, the CLI
+and the dashboard; one module per reader (HackSoft's selectors by topic).
+
+The package is the public face: callers use ``clients.selectors.<name>``.
+"""
+
+from clients.selectors.clients import (
+    client_get,
+    client_list,
+    client_queue_page,
+    client_visible_to,
+    interest_list,
+    node_overview,
+    queue_sizes_of,
+)
+from clients.selectors.dashboard import (
+    CLIENT_STATES,
+    SERIES_GAP,
+    client_history,
+    client_series,
+    cluster_series,
+    dashboard_clients,
+    dashboard_counts,
+    node_series,
+    recent_history,
+)
+from clients.selectors.delivery import (
+    INTEREST_CLIENTS_PER_READ,
+    InterestRow,
+    client_modes,
+    client_regions,
+    delivery_checks,
+    hosted_load,
+    image_page,
+    interest_rows,
+    redundancy_satisfied,
+    sockets_holding,
+    welcome_fields,
+)
+
+__all__ = [
+    "CLIENT_STATES",
+    "INTEREST_CLIENTS_PER_READ",
+    "SERIES_GAP",
+    "InterestRow",
+    "client_get",
+    "client_history",
+    "client_list",
+    "client_modes",
+    "client_queue_page",
+    "client_regions",
+    "client_series",
+    "client_visible_to",
+    "cluster_series",
+    "dashboard_clients",
+    "dashboard_counts",
+    "delivery_checks",
+    "hosted_load",
+    "image_page",
+    "interest_list",
+    "interest_rows",
+    "node_overview",
+    "node_series",
+    "queue_sizes_of",
+    "recent_history",
+    "redundancy_satisfied",
+    "sockets_holding",
+    "welcome_fields",
+]

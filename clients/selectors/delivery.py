@@ -1,0 +1,180 @@
+"""Reads of the fan-out and the websocket door: interest rows, client
+modes, the welcome, delivery checks, which sockets a node holds, images."""
+
+import uuid
+from collections import Counter
+from typing import Any, NamedTuple
+
+from django.db import connection
+from django.db.models import Count
+
+from cache import selectors as cache_selectors
+from clients import placement
+from clients.matching import Selector, key_matches
+from clients.models import (
+    DurableClient,
+    EndedInterest,
+    Interest,
+    InterestKind,
+    QueueSizeReport,
+)
+from common import sql
+from queues import selectors as queue_selectors
+
+# Interests per fan-out pass: one statement, not a queryset, whose
+# construction alone costs a pass a good share of its time
+# (docs/decisions/0010-hot-statements-in-sql.md).
+_INTEREST_COLUMNS = ("client_id", "region", "kind", "selector", "since_seq")
+# Up to this many hosted clients are named in the statement; with more,
+# every interest of the regions is read and the caller filters.
+INTEREST_CLIENTS_PER_READ = 500
+
+
+class InterestRow(NamedTuple):
+    client_id: uuid.UUID
+    region: str
+    kind: str
+    selector: str
+    since_seq: int
+    # Whether the client's socket is on the node that asked: only there is
+    # a socket to wake.
+    held_here: bool
+    # The client's ``conflate`` mode: every host of its queue conflates by
+    # it (``queues.services.queue_append_many``).
+    conflate: str
+    # An ended interest (``EndedInterest``) wants no event after this seq;
+    # None for a live one.
+    until_seq: int | None = None
+
+
+def interest_rows(
+    *, regions: set[str], client_ids: set[uuid.UUID], node: str
+) -> list[InterestRow]:
+    """The interests in ``regions``, live and ended (``EndedInterest``):
+    those of ``client_ids`` when they are few, else all of the regions'
+    (the caller keeps its own clients')."""
+    if not regions or not client_ids:
+        return []
+    client_field = Interest._meta.get_field("client")
+    quote = connection.ops.quote_name
+    columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
+    where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
+    params: list[Any] = [node, *sorted(regions)]
+    if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
+        params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
+        where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
+    members = [
+        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
+        f" c.{quote('conflate')}, {until}"
+        f" FROM {sql.table(model, connection)} i"
+        f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
+        f" WHERE {where}"
+        for model, until in ((Interest, "NULL"), (EndedInterest, "i.until_seq"))
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(members), params * 2)
+        rows = cursor.fetchall()
+    to_uuid = client_field.target_field.to_python
+    return [
+        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode, until)
+        for pk, region, kind, selector, since, here, mode, until in rows
+    ]
+
+
+def client_modes(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The ``conflate`` mode of each of these clients (absent: gone)."""
+    return sql.values_by_pk(DurableClient.objects, client_ids, "conflate")
+
+
+def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
+    """The placement half of ``welcome`` (the pending count is the caller's)."""
+    return {
+        "durable_id": client.durable_id,
+        "node": client.node,
+        "primary": client.primary,
+        "secondaries": list(client.secondaries),
+        "redundancy_satisfied": redundancy_satisfied(client),
+    }
+
+
+def redundancy_satisfied(client: DurableClient) -> bool:
+    return placement.redundancy_satisfied(client, len(cache_selectors.nodes_up()))
+
+
+def delivery_checks(
+    *, client_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str | None, int, str]]:
+    """Each delivering socket's client: its primary (None once gone), its
+    queue's last seq here, and the socket holding it ("" when it is marked
+    away), in one query per database (sockets.wakeups)."""
+    rows = sql.rows_by_pk(
+        DurableClient.objects, client_ids, "primary", "is_connected", "socket_id"
+    )
+    heads = queue_selectors.queue_heads(client_ids=client_ids)
+    checks = {}
+    for cid in client_ids:
+        primary, connected, socket = rows.get(cid, (None, False, ""))
+        checks[cid] = (primary, heads.get(cid, 0), socket if connected else "")
+    return checks
+
+
+def sockets_holding(*, tag: str) -> list[tuple[uuid.UUID, str]]:
+    """The clients marked connected to a socket of the process whose socket
+    ids carry ``tag`` (sockets.wakeups.WakeHub.tag): (client id, socket id)."""
+    return list(
+        DurableClient.objects.filter(
+            is_connected=True, socket_id__contains=f"!{tag}."
+        ).values_list("id", "socket_id")
+    )
+
+
+def hosted_load() -> Counter[str]:
+    """How many queues each node hosts, from the nodes' size reports."""
+    return Counter(
+        dict(
+            QueueSizeReport.objects.values("node")
+            .annotate(n=Count("id"))
+            .values_list("node", "n")
+        )
+    )
+
+
+def client_regions(*, client_id: uuid.UUID) -> list[str]:
+    """Regions in which the client holds interests, sorted."""
+    return sorted(
+        set(
+            Interest.objects.filter(client_id=client_id).values_list(
+                "region", flat=True
+            )
+        )
+    )
+
+
+def image_page(
+    *, region: str, selector: Selector, policy: str, after: str | None, size: int
+) -> tuple[list[Any], str | None]:
+    """Return one page of the initial image and the cursor of the next page.
+
+    Items are {key, value, version} dicts, or bare keys for policy ``keys``.
+    """
+    if policy == "none":
+        return [], None
+    if selector.kind == InterestKind.KEY:
+        keys = list(selector.values)
+        start = 0 if after is None else int(after)
+        page = keys[start : start + size]
+        entries = cache_selectors.entries_for_keys(region=region, keys=page)
+        following = str(start + size) if start + size < len(keys) else None
+    else:
+        entries = cache_selectors.entry_list(region=region, after=after, limit=size)
+        following = entries[-1].key if len(entries) == size else None
+        if selector.kind == InterestKind.REGEX:
+            entries = [
+                e
+                for e in entries
+                if key_matches(selector.kind, selector.values[0], e.key)
+            ]
+    if policy == "keys":
+        return [e.key for e in entries], following
+    items = [{"key": e.key, "value": e.value, "version": e.version} for e in entries]
+    return items, following
