@@ -16,7 +16,9 @@ from clients.matching import Selector, key_matches
 from clients.models import (
     ClientHistory,
     ClientSample,
+    ContinuousQuery,
     DurableClient,
+    EndedCq,
     EndedInterest,
     Interest,
     InterestKind,
@@ -53,6 +55,8 @@ class InterestRow(NamedTuple):
     # An ended interest (``EndedInterest``) wants no event after this seq;
     # None for a live one.
     until_seq: int | None = None
+    # A continuous query's text (a row of kind CQ_KIND; None otherwise).
+    query: str | None = None
 
 
 def interest_rows(
@@ -71,22 +75,50 @@ def interest_rows(
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
         params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
+    # The regions' continuous queries come in the same statement, as rows
+    # of kind CQ_KIND whose selector is the CQ's name (no statement more
+    # per pass for them).
+    cq_columns = ", ".join(
+        [
+            f"i.{quote('client_id')}",
+            f"i.{quote('region')}",
+            f"'{CQ_KIND}'",
+            f"i.{quote('name')}",
+            f"i.{quote('since_seq')}",
+        ]
+    )
     members = [
-        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
-        f" c.{quote('conflate')}, {until}"
+        f"SELECT {cols}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
+        f" c.{quote('conflate')}, {until}, {query}"
         f" FROM {sql.table(model, connection)} i"
         f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
         f" WHERE {where}"
-        for model, until in ((Interest, "NULL"), (EndedInterest, "i.until_seq"))
+        for model, cols, until, query in (
+            (Interest, columns, "NULL", "NULL"),
+            (EndedInterest, columns, "i.until_seq", "NULL"),
+            (ContinuousQuery, cq_columns, "NULL", f"i.{quote('query')}"),
+            (EndedCq, cq_columns, "i.until_seq", f"i.{quote('query')}"),
+        )
     ]
     with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(members), params * 2)
+        cursor.execute(" UNION ALL ".join(members), params * 4)
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
     return [
-        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode, until)
-        for pk, region, kind, selector, since, here, mode, until in rows
+        InterestRow(
+            to_uuid(pk), region, kind, selector, since, bool(here), mode, until, query
+        )
+        for pk, region, kind, selector, since, here, mode, until, query in rows
     ]
+
+
+# The ``kind`` of a continuous query's row in ``interest_rows``.
+CQ_KIND = "cq"
+
+
+def cq_list(*, client: DurableClient) -> QuerySet[ContinuousQuery]:
+    """A client's continuous queries, by name (REST, the CLI, the admin)."""
+    return ContinuousQuery.objects.filter(client=client).order_by("name")
 
 
 def client_modes(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
@@ -148,13 +180,12 @@ def hosted_load() -> Counter[str]:
 
 
 def client_regions(*, client_id: uuid.UUID) -> list[str]:
-    """Regions in which the client holds interests, sorted."""
+    """Regions in which the client holds interests or CQs, sorted."""
+    interests = Interest.objects.filter(client_id=client_id)
+    cqs = ContinuousQuery.objects.filter(client_id=client_id)
     return sorted(
-        set(
-            Interest.objects.filter(client_id=client_id).values_list(
-                "region", flat=True
-            )
-        )
+        set(interests.values_list("region", flat=True))
+        | set(cqs.values_list("region", flat=True))
     )
 
 

@@ -7,6 +7,12 @@ through ``queues.services``; a queue on another node is dropped by task
 (``clients.dispatch``).
 """
 
+from clients.services.cqs import (
+    BadQueryError,
+    cq_close,
+    cq_register,
+    cq_register_by_client_id,
+)
 from clients.services.expiry import clients_expire
 from clients.services.hello import (
     NO_QUEUE,
@@ -40,6 +46,7 @@ __all__ = [
     "CLOSE_BY_OPERATOR",
     "NO_QUEUE",
     "QUEUE_LOST",
+    "BadQueryError",
     "HelloResult",
     "client_check_claim",
     "client_close",
@@ -51,6 +58,9 @@ __all__ = [
     "clients_expire",
     "clients_node_restarted",
     "clients_of_dead_nodes_disconnect",
+    "cq_close",
+    "cq_register",
+    "cq_register_by_client_id",
     "interest_delete",
     "interest_register",
     "interest_register_by_client_id",

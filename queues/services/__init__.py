@@ -16,7 +16,7 @@ from queues.services.acks import (
     queue_ack_and_mark_many,
     queue_ack_many,
 )
-from queues.services.append import queue_append_many
+from queues.services.append import CqList, queue_append_many
 from queues.services.copies import queue_adopt, queue_copy_in
 from queues.services.cursor import (
     cursor_flushed,
@@ -36,6 +36,7 @@ from queues.services.queues import (
 from queues.services.store import commit_unflushed
 
 __all__ = [
+    "CqList",
     "commit_unflushed",
     "cursor_flushed",
     "cursor_init",
