@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from cache import selectors as cache_selectors
 from clients import placement
+from clients.cq import compile_query
 from clients.exceptions import UnknownClientError
 from clients.matching import Selector, key_matches
 from clients.models import (
@@ -114,6 +115,23 @@ def interest_rows(
 
 # The ``kind`` of a continuous query's row in ``interest_rows``.
 CQ_KIND = "cq"
+
+
+def cq_image_page(
+    *, region: str, query: str, after: str | None, size: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a CQ's image: the members among ``size`` entries of the
+    region after key ``after`` ({key, value, version}, by key), and the
+    key to read on from (None: the region is read through)."""
+    compiled = compile_query(query, region=region)
+    entries = cache_selectors.entry_list(region=region, after=after, limit=size)
+    following = entries[-1].key if len(entries) == size else None
+    members = [
+        {"key": e.key, "value": e.value, "version": e.version}
+        for e in entries
+        if compiled.is_member(e.key, e.value)
+    ]
+    return members, following
 
 
 def cq_list(*, client: DurableClient) -> QuerySet[ContinuousQuery]:

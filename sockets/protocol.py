@@ -11,7 +11,7 @@ from cache.validation import (
     loads_strict,
     validate_json_value,
 )
-from clients.exceptions import BadRegexError
+from clients.exceptions import BadQueryError, BadRegexError
 from common.errors import DomainError, ValidationError
 
 MAX_ID = 128
@@ -44,10 +44,6 @@ class UnknownTypeError(DomainError):
 
 class NotReadyError(DomainError):
     code = "not_ready"
-
-
-class BadQueryError(DomainError):
-    code = "bad_query"
 
 
 def frame_size(text: str | None, data: bytes | None) -> int:

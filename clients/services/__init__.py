@@ -10,6 +10,7 @@ through ``queues.services``; a queue on another node is dropped by task
 from clients.services.cqs import (
     BadQueryError,
     cq_close,
+    cq_close_by_client_id,
     cq_register,
     cq_register_by_client_id,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "clients_node_restarted",
     "clients_of_dead_nodes_disconnect",
     "cq_close",
+    "cq_close_by_client_id",
     "cq_register",
     "cq_register_by_client_id",
     "interest_delete",

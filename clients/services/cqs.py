@@ -11,16 +11,13 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from clients import selectors
 from clients.cq import QueryError, canonical_text, parse_query
-from clients.exceptions import UnknownClientError
+from clients.exceptions import BadQueryError, UnknownClientError
 from clients.models import ContinuousQuery, DurableClient, EndedCq
 from clients.services.interests import clients_lock
-from common.errors import DomainError, ValidationError
+from common.errors import ValidationError
+from queues import notify
 
 NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-
-class BadQueryError(DomainError):
-    code = "bad_query"
 
 
 def cq_check(
@@ -95,12 +92,26 @@ def cq_register_by_client_id(*, client_id: uuid.UUID, **fields: Any) -> Continuo
     return cq_register(client=selectors.client_get(client_id=client_id), **fields)
 
 
-def cq_close(*, client: DurableClient, name: str) -> bool:
-    """Close a CQ; return whether the client held it. No frame names it
-    afterwards: the fan-out no longer sees it."""
+def cq_close(*, client: DurableClient, name: str, by_operator: bool = False) -> bool:
+    """Close a CQ; return whether the client held it. No event fanned out
+    afterwards names it (the fan-out no longer sees it).
+
+    ``by_operator`` (REST DELETE by staff, ``manage.py durable close-cq``,
+    the admin): a socket of the client's gets an unsolicited
+    ``cq_closed`` {name}, after commit, through its node's hub."""
     with transaction.atomic():
         clients_lock([client.pk])
-        return ContinuousQuery.objects.filter(client=client, name=name).delete()[0] > 0
+        closed = (
+            ContinuousQuery.objects.filter(client=client, name=name).delete()[0] > 0
+        )
+        row = DurableClient.objects.filter(pk=client.pk).values_list(
+            "is_connected", "node"
+        )
+        connected, node = row[0] if row else (False, "")
+        if closed and by_operator and connected and node:
+            client_id = client.pk
+            transaction.on_commit(lambda: notify.cq_closed(client_id, name, node))
+    return closed
 
 
 def cqs_end_non_durable(client_ids: list[uuid.UUID]) -> int:
@@ -136,3 +147,10 @@ def cq_get(*, client: DurableClient, name: str) -> ContinuousQuery:
     if found is None:
         raise UnknownClientError(f"no CQ {name!r}")
     return found
+
+
+def cq_close_by_client_id(*, client_id: uuid.UUID, name: Any) -> bool:
+    """``cq_close`` for the client a socket holds (``close_cq``)."""
+    if not isinstance(name, str):
+        raise ValidationError("name must be a string")
+    return cq_close(client=selectors.client_get(client_id=client_id), name=name)
