@@ -8,7 +8,7 @@ through ``queues.services``; a queue on another node is dropped by task
 """
 
 from clients.services.cqs import (
-    BadQueryError,
+    cq_check,
     cq_close,
     cq_close_by_client_id,
     cq_register,
@@ -47,7 +47,6 @@ __all__ = [
     "CLOSE_BY_OPERATOR",
     "NO_QUEUE",
     "QUEUE_LOST",
-    "BadQueryError",
     "HelloResult",
     "client_check_claim",
     "client_close",
@@ -59,6 +58,7 @@ __all__ = [
     "clients_expire",
     "clients_node_restarted",
     "clients_of_dead_nodes_disconnect",
+    "cq_check",
     "cq_close",
     "cq_close_by_client_id",
     "cq_register",
