@@ -20,7 +20,7 @@ from cache import selectors as cache_selectors
 from clients import dispatch, selectors
 from clients.cq_matching import RegionCqs
 from clients.matching import key_matches
-from clients.models import InterestKind
+from clients.models import ContinuousQuery, EndedCq, InterestKind
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -161,6 +161,10 @@ def fanout_node(node: str | None = None) -> int:
             )
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
+        for event in events:
+            if event.op == "region_destroy":
+                # Its CQs close, on every host from this seq on.
+                cqs_end_with_region(region=event.region, seq=event.seq)
         _progress[0]()  # a long backlog is progress, not a wedged worker
         # Only sockets held here are woken: a copy kept here for a client
         # whose socket is on its primary, or one of an offline client, has
@@ -198,3 +202,31 @@ def ring_fanout(last_seq: int) -> None:
     """After a write commits: ask every live node to fan the new events out."""
     for node in _nodes_to_ring():
         dispatch.fanout_on(node)
+
+
+def cqs_end_with_region(*, region: str, seq: int) -> int:
+    """A ``region_destroy`` (log seq ``seq``) closes the region's CQs that
+    were registered before it, durable ones too. Each is kept as an
+    ``EndedCq`` through ``seq``, so every host, whenever its fan-out
+    reaches the destroy, names it there; idempotent (any node's fan-out
+    may call it)."""
+    with transaction.atomic():
+        rows = list(
+            ContinuousQuery.objects.select_for_update().filter(
+                region=region, since_seq__lt=seq
+            )
+        )
+        if not rows:
+            return 0
+        EndedCq.objects.bulk_create(
+            EndedCq(
+                client_id=row.client_id,
+                name=row.name,
+                region=row.region,
+                query=row.query,
+                since_seq=row.since_seq,
+                until_seq=seq,
+            )
+            for row in rows
+        )
+        return ContinuousQuery.objects.filter(pk__in=[r.pk for r in rows]).delete()[0]

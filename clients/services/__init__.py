@@ -11,6 +11,7 @@ from clients.services.cqs import (
     cq_check,
     cq_close,
     cq_close_by_client_id,
+    cq_forget_here,
     cq_register,
     cq_register_by_client_id,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "cq_check",
     "cq_close",
     "cq_close_by_client_id",
+    "cq_forget_here",
     "cq_register",
     "cq_register_by_client_id",
     "interest_delete",

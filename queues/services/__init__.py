@@ -18,6 +18,7 @@ from queues.services.acks import (
 )
 from queues.services.append import CqList, queue_append_many
 from queues.services.copies import queue_adopt, queue_copy_in
+from queues.services.cqs import queue_forget_cq
 from queues.services.cursor import (
     cursor_flushed,
     cursor_init,
@@ -54,5 +55,6 @@ __all__ = [
     "queue_drop_many",
     "queue_drop_orphans",
     "queue_ensure",
+    "queue_forget_cq",
     "queue_reset_delivery",
 ]

@@ -5,8 +5,10 @@ import pytest
 
 from cache import services as cache_services
 from clients import fanout, services
-from clients.models import DurableClient
+from clients.exceptions import BadQueryError
+from clients.models import ContinuousQuery, DurableClient
 from common.errors import ValidationError
+from queues import selectors as queue_selectors
 from queues.models import QueueEntry
 from tests.helpers import connected_client
 
@@ -131,7 +133,7 @@ def test_checks_come_in_order_bad_field_region_query(user, region):
     with pytest.raises(Exception) as region_error:
         _cq(client, "ok", "nonsense (", region="missing")
     assert region_error.value.code == "no_such_region"
-    with pytest.raises(services.BadQueryError, match="line 1, column"):
+    with pytest.raises(BadQueryError, match="line 1, column"):
         _cq(client, "ok", "value.qty >")
 
 
@@ -154,3 +156,59 @@ def test_closed_cq_is_named_by_no_later_event(user, region):
     cache_services.entry_put(region="prices", key="k", value={"qty": 7})
     fanout.fanout_node("node-1")
     assert _rows(client) == []
+
+
+def _size(client):
+    return queue_selectors.queue_size(client_id=client.id)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_closing_drains_what_only_that_cq_wanted(user, region):
+    client = connected_client(user, "c", keys=["kept"])
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _cq(client, "any", "value.qty > 0", durable=True)
+    cache_services.entry_put(region="prices", key="kept", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="only", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="small", value={"qty": 1})
+    fanout.fanout_node("node-1")
+    assert _size(client) == 3
+    services.client_disconnected(client_id=client.id, socket_id="c")  # away
+    services.cq_close(client=client, name="big")
+    services.cq_close(client=client, name="any")
+    # "kept" stays for the interest, without a cq list; the others go.
+    assert _rows(client) == [("create", "kept", None)]
+    assert _size(client) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_closing_one_cq_keeps_the_events_another_names(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    _cq(client, "any", "value.qty > 0")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    services.cq_close(client=client, name="big")
+    assert _rows(client) == [("create", "k", [{"name": "any", "cq_op": "create"}])]
+
+
+def test_region_destroy_reaches_its_cqs_and_closes_them(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.region_destroy(name="prices")
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [
+        ("region_destroy", None, [{"name": "big", "cq_op": "region_destroy"}])
+    ]
+    assert not client.cqs.exists()
+    cache_services.region_create(name="prices")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert len(_rows(client)) == 1  # nothing names the closed CQ
+
+
+def test_expiry_and_close_without_keepalive_remove_every_cq(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    services.client_close(client_id=client.id, socket_id="c", keepalive=False)
+    assert not DurableClient.objects.filter(pk=client.pk).exists()
+    assert not ContinuousQuery.objects.exists()
