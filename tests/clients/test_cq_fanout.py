@@ -10,6 +10,7 @@ from clients.models import ContinuousQuery, DurableClient
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
 from queues.models import QueueEntry
+from queues.services import copies
 from tests.helpers import connected_client
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
@@ -212,3 +213,18 @@ def test_expiry_and_close_without_keepalive_remove_every_cq(user, region):
     services.client_close(client_id=client.id, socket_id="c", keepalive=False)
     assert not DurableClient.objects.filter(pk=client.pk).exists()
     assert not ContinuousQuery.objects.exists()
+
+
+def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    head = queue_selectors.queue_head(client_id=client.id)
+    page = queue_selectors.queue_copy_page(
+        client_id=client.id, after=0, upto=head, limit=10
+    )
+    [copied] = page["entries"]
+    assert copied["cq"] == [{"name": "big", "cq_op": "create"}]
+    state = queue_selectors.queue_get(client_id=client.id)
+    assert copies._entry_from_copy(state, copied).cq == copied["cq"]

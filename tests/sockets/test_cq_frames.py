@@ -1,6 +1,8 @@
 """``register_cq`` and ``close_cq`` on the websocket (docs/protocol.md,
 continuous queries), through the ASGI app."""
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async as db
 
@@ -117,3 +119,43 @@ async def test_an_operator_close_reaches_the_connected_client_unsolicited(
     client = await db(DurableClient.objects.get)(durable_id="d1")
     assert await db(services.cq_close)(client=client, name="big", by_operator=True)
     assert await sock.recv() == {"type": "cq_closed", "name": "big"}
+
+
+async def test_a_writer_during_register_cq_loses_nothing_and_nothing_comes_early(
+    session, token, region, write
+):
+    """Keys written while the CQ registers reach the client through its
+    image or its events, none naming the CQ before ``cq_registered``, and
+    an event no newer than the image's version of its key is droppable."""
+    sock, _ = await session(token, durable_id="d1")
+    await sock.ready()
+    keys = [f"k{i}" for i in range(8)]
+
+    async def writer():
+        for round_ in range(6):
+            for key in keys:
+                await write(
+                    cache_services.entry_put,
+                    region="prices",
+                    key=key,
+                    value={"qty": 10 + round_},
+                )
+
+    task = asyncio.create_task(writer())
+    await sock.send(type="register_cq", id="q", name="big", region="prices", query=BIG)
+    seen: dict[str, int] = {}
+    while True:
+        frame = await sock.recv()
+        assert "cq" not in frame or frame["type"] == "image", frame
+        if frame["type"] == "image":
+            seen.update({e["key"]: e["version"] for e in frame["entries"]})
+        if frame["type"] == "cq_registered":
+            break
+    await task
+    await write(cache_services.entry_put, region="prices", key="zz", value={"qty": 99})
+    while seen.get("zz") is None:
+        frame = await sock.recv()
+        if frame["type"] == "event" and "cq" in frame:
+            seen[frame["key"]] = max(seen.get(frame["key"], 0), frame["version"])
+    # Every key's last version reached the client, one way or the other.
+    assert {k: seen.get(k) for k in keys} == dict.fromkeys(keys, 6)
