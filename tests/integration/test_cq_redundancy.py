@@ -69,3 +69,42 @@ def test_durable_cq_and_its_events_survive_the_primarys_sigkill_while_away(clust
     assert got == {
         event_id: [{"name": "big", "cq_op": op}] for event_id, op in expected.items()
     }
+
+
+def test_durable_cq_events_survive_the_primarys_sigkill_while_connected(cluster):
+    operator, user = start_cluster(cluster, 3)
+
+    async def run() -> tuple[dict, list]:
+        async with RawClient(cluster.ws_url("node-1"), user) as ws:
+            await ws.hello(durable_id="cq-live", redundancy=1, timeout=600)
+            await ws.send(
+                type="register_cq", name="big", region="r", query=QUERY, durable=True
+            )
+            while (frame := await ws.recv(wait=30))["type"] != "cq_registered":
+                assert frame["type"] == "image", frame
+            await ws.ready_and_replay()
+            writer = Writer(cluster, user, "r", "node-3", batches=BATCHES).start()
+            await asyncio.to_thread(writer.finish)
+            size = (BATCHES - 1) * BATCH
+            view = await asyncio.to_thread(
+                wait_redundant, cluster, operator, "cq-live", via="node-3", size=size
+            )
+            # Nothing acked: the whole backlog is queued on both hosts when
+            # the primary dies under the open socket.
+            cluster.kill_node(view["primary"])
+            return view, writer.ids
+
+    view, ids = asyncio.run(run())
+    survivor = next(n for n in cluster.nodes if n != view["primary"])
+    size = (BATCHES - 1) * BATCH
+    wait_redundant(
+        cluster, operator, "cq-live", via=survivor, size=size, without=view["primary"]
+    )
+    _, events = asyncio.run(replay_all(cluster, user, "cq-live", survivor))
+    got = {e["id"]: e["cq"] for e in events}
+    assert len(got) == len(events) == size
+    assert got == {
+        event_id: [{"name": "big", "cq_op": "create" if i < 2 * BATCH else "update"}]
+        for i, event_id in enumerate(ids)
+        if i >= BATCH
+    }
