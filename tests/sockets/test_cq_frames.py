@@ -159,3 +159,38 @@ async def test_a_writer_during_register_cq_loses_nothing_and_nothing_comes_early
             seen[frame["key"]] = max(seen.get(frame["key"], 0), frame["version"])
     # Every key's last version reached the client, one way or the other.
     assert {k: seen.get(k) for k in keys} == dict.fromkeys(keys, 6)
+
+
+@pytest.mark.parametrize("how", ["keepalive", "drop"])
+async def test_durable_cqs_keep_matching_while_away_and_non_durable_ones_end(
+    session, token, region, write, how
+):
+    sock, _ = await session(token, durable_id="d1")
+    for name, durable in (("kept", True), ("ends", False)):
+        await sock.send(
+            type="register_cq", name=name, region="prices", query=BIG, durable=durable
+        )
+        await sock.until("cq_registered")
+    if how == "keepalive":
+        await sock.request(type="close", keepalive=True)
+    else:
+        await sock.drop()
+
+    def names():
+        client = DurableClient.objects.get(durable_id="d1")
+        return list(client.cqs.values_list("name", flat=True))
+
+    await wait_until(lambda: db(names)(), ["kept"])
+    await write(cache_services.entry_put, region="prices", key="k", value={"qty": 7})
+    back, welcome = await session(token, durable_id="d1")
+    assert welcome["pending_events"] == 1
+    _, replayed = await back.ready()
+    assert [e["cq"] for e in replayed] == [[{"name": "kept", "cq_op": "create"}]]
+
+
+async def wait_until(read, wanted, timeout=3.0):
+    """Poll ``read()`` until it gives ``wanted`` (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (got := await read()) != wanted:
+        assert asyncio.get_running_loop().time() < deadline, got
+        await asyncio.sleep(0.02)
