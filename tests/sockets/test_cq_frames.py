@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async as db
 from cache import services as cache_services
 from clients import services
 from clients.models import DurableClient
+from tests.conftest import WAIT_S
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
@@ -188,9 +189,8 @@ async def test_durable_cqs_keep_matching_while_away_and_non_durable_ones_end(
     assert [e["cq"] for e in replayed] == [[{"name": "kept", "cq_op": "create"}]]
 
 
-async def wait_until(read, wanted, timeout=3.0):
-    """Poll ``read()`` until it gives ``wanted`` (bounded)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (got := await read()) != wanted:
-        assert asyncio.get_running_loop().time() < deadline, got
-        await asyncio.sleep(0.02)
+async def wait_until(read, wanted):
+    """Poll ``read()`` until it gives ``wanted`` (at most WAIT_S)."""
+    async with asyncio.timeout(WAIT_S):
+        while await read() != wanted:
+            await asyncio.sleep(0.02)
