@@ -192,5 +192,5 @@ async def test_durable_cqs_keep_matching_while_away_and_non_durable_ones_end(
 async def wait_until(read, wanted):
     """Poll ``read()`` until it gives ``wanted`` (at most WAIT_S)."""
     async with asyncio.timeout(WAIT_S):
-        while await read() != wanted:
+        while await read() != wanted:  # noqa: ASYNC110 (a row, no event to await)
             await asyncio.sleep(0.02)
