@@ -80,6 +80,12 @@ class Event(models.Model):
     version = models.BigIntegerField(null=True)
     conflate = models.BooleanField(default=False)
     ts = models.DateTimeField()
+    # The entry's value just before this change: null when the key had no
+    # row, was destroyed or held null. Continuous queries judge an entry's
+    # membership before and after a change from the event alone, so every
+    # host of a queue names the same CQs for it, however far behind its
+    # fan-out is (docs/decisions/0023-prior-value-in-the-event-log.md).
+    prior_value = models.JSONField(null=True)
 
     class Meta:
         ordering = ["seq"]

@@ -106,6 +106,9 @@ class LoggedEvent(NamedTuple):
     version: int | None
     conflate: bool
     ts: datetime
+    # The entry's value before the change, as JSON text (None: absent,
+    # destroyed or null): what continuous queries judge membership by.
+    prior_json: str | None = None
 
     @classmethod
     def of(cls, event: Event) -> "LoggedEvent":
@@ -120,6 +123,7 @@ class LoggedEvent(NamedTuple):
             event.version,
             event.conflate,
             event.ts,
+            None if event.prior_value is None else json.dumps(event.prior_value),
         )
 
 
@@ -133,10 +137,11 @@ def logged_events_after(*, seq: int, limit: int) -> list[LoggedEvent]:
     loader on PostgreSQL) costs many times the parse of a shared text.
     """
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(c) for c in _LOGGED_FIELDS[:-1])
+    columns = ", ".join(quote(c) for c in _LOGGED_FIELDS[:-2])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns}, CAST({quote('ts')} AS TEXT)"  # noqa: S608
+            f"SELECT {columns}, CAST({quote('ts')} AS TEXT),"  # noqa: S608
+            f" {quote('prior_value')}"
             f" FROM {sql.table(Event, connection)}"
             f" WHERE {quote('seq')} > %s ORDER BY {quote('seq')} LIMIT %s",
             [seq, limit],
@@ -145,11 +150,11 @@ def logged_events_after(*, seq: int, limit: int) -> list[LoggedEvent]:
     stamps: dict[str, datetime] = {}
     events = []
     for row in rows:
-        text = row[-1]
+        text = row[8]
         ts = stamps.get(text)
         if ts is None:
             ts = stamps[text] = _aware(text)
-        events.append(LoggedEvent._make((*row[:7], bool(row[7]), ts)))
+        events.append(LoggedEvent._make((*row[:7], bool(row[7]), ts, row[9])))
     return events
 
 
@@ -162,7 +167,12 @@ def _aware(text: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-_LOGGED_FIELDS = (*LoggedEvent._fields[:5], "value", *LoggedEvent._fields[6:])
+_LOGGED_FIELDS = (
+    *LoggedEvent._fields[:5],
+    "value",
+    *LoggedEvent._fields[6:-1],
+    "prior_value",
+)
 
 
 def node_is_up(node: Node) -> bool:

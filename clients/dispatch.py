@@ -29,8 +29,9 @@ COPY_OUT = "clients.copy_out"
 COPY_IN = "clients.copy_in"
 ACK = "clients.ack"
 DROP_QUEUE = "clients.drop_queue"
+FORGET_CQ = "clients.forget_cq"
 TICK = "clients.tick"
-TASK_NAMES = (FANOUT, ADOPT, COPY_OUT, COPY_IN, ACK, DROP_QUEUE, TICK)
+TASK_NAMES = (FANOUT, ADOPT, COPY_OUT, COPY_IN, ACK, DROP_QUEUE, FORGET_CQ, TICK)
 
 
 def node_queue(node: str) -> str:
@@ -192,6 +193,10 @@ def ack_on(node: str, acks: dict[str, int]) -> None:
 
 def drop_queue_on(node: str, client_id: uuid.UUID) -> None:
     _send(DROP_QUEUE, node, str(client_id))
+
+
+def forget_cq_on(node: str, client_id: uuid.UUID, name: str) -> None:
+    _send(FORGET_CQ, node, str(client_id), name)
 
 
 def tick_on(node: str | None = None, *, judge: bool = True) -> bool:

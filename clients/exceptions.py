@@ -32,3 +32,10 @@ class NodeDrainingError(DomainError):
     code = "unavailable"
     status = 503
     close_code = 4503
+
+
+class BadQueryError(DomainError):
+    """A CQ's query the server refuses (its message gives line and column)."""
+
+    code = "bad_query"
+    status = 400

@@ -18,12 +18,14 @@ from django.db import connections, transaction
 
 from cache import selectors as cache_selectors
 from clients import dispatch, selectors
+from clients.cq_matching import RegionCqs
 from clients.matching import key_matches
-from clients.models import InterestKind
+from clients.models import ContinuousQuery, EndedCq, InterestKind
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.routers import NODE_STORE
+from queues.services import CqList
 
 log = logging.getLogger(__name__)
 
@@ -95,35 +97,48 @@ def _within(seq: int, since: int, until: int | None) -> bool:
 
 
 class Matched(NamedTuple):
-    # Per hosted client, the events its interests want, in order.
+    # Per hosted client, the events its interests or CQs want, in order.
     appends: dict[uuid.UUID, list[Any]]
     # Which of those clients have their socket on the node.
     held_here: set[uuid.UUID]
     # Each client's ``conflate`` mode as its row said.
     modes: dict[uuid.UUID, str]
+    # Per client, per event seq, the ``cq`` list of the event.
+    cqs: dict[uuid.UUID, dict[int, CqList]] = {}
 
 
 def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matched:
-    """Match ``events`` against the interests of the ``hosted`` clients."""
+    """Match ``events`` against the interests and continuous queries of
+    the ``hosted`` clients: one append per client and event, whatever
+    number of its interests and CQs want it, with its ``cq`` list."""
     by_region: dict[str, _RegionInterests] = defaultdict(_RegionInterests)
     held_here: set[uuid.UUID] = set()
     modes: dict[uuid.UUID, str] = {}
-    for row in selectors.interest_rows(
-        regions={e.region for e in events}, client_ids=hosted, node=node
-    ):
+    regions = {e.region for e in events}
+    cq_rows: dict[str, list[selectors.InterestRow]] = defaultdict(list)
+    for row in selectors.interest_rows(regions=regions, client_ids=hosted, node=node):
         if row.client_id in hosted:
-            by_region[row.region].add(row)
+            if row.kind == selectors.CQ_KIND:
+                cq_rows[row.region].append(row)
+            else:
+                by_region[row.region].add(row)
             modes[row.client_id] = row.conflate
             if row.held_here:
                 held_here.add(row.client_id)
+    judges = {region: RegionCqs(region, rows) for region, rows in cq_rows.items()}
     appends: dict[uuid.UUID, list[Any]] = defaultdict(list)
+    cqs: dict[uuid.UUID, dict[int, CqList]] = defaultdict(dict)
     for event in events:
         interests = by_region.get(event.region)
-        if interests is None:
-            continue
-        for client_id in interests.wanting(event):
+        wanted = set() if interests is None else interests.wanting(event)
+        judge = judges.get(event.region)
+        if judge is not None:
+            for client_id, listed in judge.judge(event).items():
+                cqs[client_id][event.seq] = listed
+                wanted.add(client_id)
+        for client_id in wanted:
             appends[client_id].append(event)
-    return Matched(appends, held_here, modes)
+    return Matched(appends, held_here, modes, cqs)
 
 
 def fanout_node(node: str | None = None) -> int:
@@ -140,12 +155,16 @@ def fanout_node(node: str | None = None) -> int:
             if not events:
                 break
             hosted = set(queue_selectors.queue_client_ids())
-            appends, held_here, modes = match_events(events, hosted, node)
+            appends, held_here, modes, cqs = match_events(events, hosted, node)
             heads = queue_services.queue_append_many(
-                appends, modes=modes, modes_now=_modes_now
+                appends, modes=modes, modes_now=_modes_now, cqs=cqs
             )
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
+        for event in events:
+            if event.op == "region_destroy":
+                # Its CQs close, on every host from this seq on.
+                cqs_end_with_region(region=event.region, seq=event.seq)
         _progress[0]()  # a long backlog is progress, not a wedged worker
         # Only sockets held here are woken: a copy kept here for a client
         # whose socket is on its primary, or one of an offline client, has
@@ -183,3 +202,31 @@ def ring_fanout(last_seq: int) -> None:
     """After a write commits: ask every live node to fan the new events out."""
     for node in _nodes_to_ring():
         dispatch.fanout_on(node)
+
+
+def cqs_end_with_region(*, region: str, seq: int) -> int:
+    """A ``region_destroy`` (log seq ``seq``) closes the region's CQs that
+    were registered before it, durable ones too. Each is kept as an
+    ``EndedCq`` through ``seq``, so every host, whenever its fan-out
+    reaches the destroy, names it there; idempotent (any node's fan-out
+    may call it)."""
+    with transaction.atomic():
+        rows = list(
+            ContinuousQuery.objects.select_for_update().filter(
+                region=region, since_seq__lt=seq
+            )
+        )
+        if not rows:
+            return 0
+        EndedCq.objects.bulk_create(
+            EndedCq(
+                client_id=row.client_id,
+                name=row.name,
+                region=row.region,
+                query=row.query,
+                since_seq=row.since_seq,
+                until_seq=seq,
+            )
+            for row in rows
+        )
+        return ContinuousQuery.objects.filter(pk__in=[r.pk for r in rows]).delete()[0]

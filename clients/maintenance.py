@@ -15,7 +15,13 @@ from django.utils import timezone
 from cache import selectors as cache_selectors
 from cache.models import Entry, Event, Node
 from clients import fanout, history, placement, replication, samples, services
-from clients.models import DurableClient, EndedInterest, Interest, QueueSizeReport
+from clients.models import (
+    DurableClient,
+    EndedCq,
+    EndedInterest,
+    Interest,
+    QueueSizeReport,
+)
 from common import sql
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -315,13 +321,16 @@ def _prune_ended_interests() -> int:
     oldest = cache_selectors.event_log_oldest()
     # With the log empty, only what ended by the head read first: an
     # interest ending since may cover an event written since.
-    ended = EndedInterest.objects.filter(
-        until_seq__lte=head if oldest is None else oldest - 1
-    )
-    with transaction.atomic():
-        pks = list(
-            ended.select_for_update(skip_locked=True)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        return EndedInterest.objects.filter(pk__in=pks).delete()[0] if pks else 0
+    through = head if oldest is None else oldest - 1
+    pruned = 0
+    for model in (EndedInterest, EndedCq):  # ended CQs go the same way
+        ended = model.objects.filter(until_seq__lte=through)
+        with transaction.atomic():
+            pks = list(
+                ended.select_for_update(skip_locked=True)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            if pks:
+                pruned += model.objects.filter(pk__in=pks).delete()[0]
+    return pruned

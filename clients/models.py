@@ -141,6 +141,65 @@ class EndedInterest(models.Model):
         return f"{self.client} {self.region} {self.kind} {self.selector} (ended)"
 
 
+class ContinuousQuery(models.Model):
+    """A client's named continuous query over one region (docs/cq.md,
+    docs/protocol.md): the fan-out judges every event of the region after
+    ``since_seq`` against it and names it in the event's ``cq`` list."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="cqs"
+    )
+    name = models.CharField(max_length=128)
+    region = models.CharField(max_length=128)
+    query = models.TextField()
+    # The query's canonical form: a second registration of the name is
+    # idempotent when region, canonical text and durability agree.
+    canonical = models.TextField()
+    is_durable = models.BooleanField(default=False)
+    # Events with seq <= since_seq were written before the CQ existed.
+    since_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "continuous query"
+        verbose_name_plural = "continuous queries"
+        constraints = [
+            models.UniqueConstraint(fields=["client", "name"], name="cq_unique_name")
+        ]
+        indexes = [models.Index(fields=["region"], name="cq_region")]
+
+    def __str__(self) -> str:
+        return f"{self.client} {self.name} on {self.region}"
+
+
+class EndedCq(models.Model):
+    """A non-durable CQ ended by its socket's end (keepalive or a drop):
+    the events written before the end stay its on every host, as an
+    ``EndedInterest``'s do, so a host whose fan-out lagged names it in
+    the same events as the others. A CQ closed (``close_cq``, REST, an
+    operator, a region's destroy) leaves no row: no frame names it
+    again. Deleted with the event log's prune, as ended interests are."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="+"
+    )
+    name = models.CharField(max_length=128)
+    region = models.CharField(max_length=128)
+    query = models.TextField()
+    since_seq = models.BigIntegerField()
+    until_seq = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["region"], name="ended_cq_region"),
+            models.Index(fields=["until_seq"], name="ended_cq_until"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client} {self.name} on {self.region} (ended)"
+
+
 class LostQueue(models.Model):
     """A durable id whose queue was lost (expired or all hosts died).
 

@@ -16,7 +16,7 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from clients import dispatch, fanout, maintenance, replication
+from clients import dispatch, fanout, maintenance, replication, services
 from common import threads
 from queues import services as queue_services
 
@@ -32,6 +32,11 @@ def fanout_task(node: str) -> int:
 @shared_task(name=dispatch.DROP_QUEUE, ignore_result=True)
 def drop_queue_task(client_id: str) -> bool:
     return queue_services.queue_drop(client_id=uuid.UUID(client_id))
+
+
+@shared_task(name=dispatch.FORGET_CQ, ignore_result=True)
+def forget_cq_task(client_id: str, name: str) -> int:
+    return services.cq_forget_here(client_id=uuid.UUID(client_id), name=name)
 
 
 @shared_task(name=dispatch.ADOPT, ignore_result=True)

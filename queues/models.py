@@ -57,6 +57,11 @@ class QueueEntry(models.Model):
     # is queued). Only such rows are marked delivered when read, and only
     # they are in the index conflation looks them up by.
     conflates = models.BooleanField(default=False)
+    # The client's continuous queries this event moves, as the event
+    # frame's ``cq``: JSON text of [{name, cq_op}] sorted by name, null
+    # when none does. Judged once, by the fan-out that queued the row, and
+    # copied with it, so every host and every replay carries the same list.
+    cq = models.JSONField(null=True)
 
     class Meta:
         verbose_name_plural = "queue entries"

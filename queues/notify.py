@@ -133,6 +133,13 @@ def close_client(client_id: Any, code: int, node: str) -> None:
     _send_sync(lambda: aring(wake_group(node), message))
 
 
+def cq_closed(client_id: Any, name: str, node: str) -> None:
+    """Tell the client's socket on ``node`` that an operator closed its CQ
+    ``name`` (an unsolicited ``cq_closed``, sockets.wakeups)."""
+    message = {"type": "sockets.cq_closed", "name": name, "clients": [client_id.hex]}
+    _send_sync(lambda: aring(wake_group(node), message))
+
+
 def close_node(node: str, code: int) -> None:
     """Ask every subscriber socket on ``node`` to close with ``code``."""
     message = {"type": "sockets.close", "code": code}

@@ -45,9 +45,11 @@ def queue_entries_after(
     return list(qs.order_by("seq")[:limit])
 
 
-# An event's columns, then the row's ``conflates`` (read, not sent).
+# An event's columns, then the row's ``conflates`` (read, not sent) and
+# its ``cq`` list (sent when not null).
 _EVENT_COLUMNS = (
-    "event_id", "seq", "region", "key", "op", "value", "version", "ts", "conflates"
+    "event_id", "seq", "region", "key", "op", "value", "version", "ts", "conflates",
+    "cq",
 )  # fmt: skip
 
 
@@ -115,7 +117,7 @@ def queue_events_after(
     after: int,
     limit: int,
     through: int | None = None,
-    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
+    shared: dict[tuple[Any, ...], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Like ``queue_entries_after`` but as public event fields, for the
     delivery loop; the value stays the JSON text stored (``value_json``),
@@ -152,7 +154,7 @@ READS_PER_STATEMENT = 200
 
 def queue_events_after_many(
     reads: list[tuple[uuid.UUID, int, int, int | None]],
-    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
+    shared: dict[tuple[Any, ...], dict[str, Any]] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """``queue_events_after`` for many ``(client_id, after, limit, through)``
     at once: one statement per ``READS_PER_STATEMENT`` reads (each read its
@@ -170,7 +172,7 @@ def queue_events_after_many(
 
 def queue_reads_after_many(
     reads: list[tuple[uuid.UUID, int, int, int | None]],
-    shared: dict[tuple[str, int], dict[str, Any]] | None = None,
+    shared: dict[tuple[Any, ...], dict[str, Any]] | None = None,
 ) -> list[tuple[list[dict[str, Any]], bool]]:
     """``queue_events_after_many``, each read's events with whether any of
     them may conflate (``QueueEntry.conflates``): only those reads need
@@ -185,7 +187,7 @@ def queue_reads_after_many(
 
 def _read_chunk(
     reads: list[tuple[uuid.UUID, int, int, int | None]],
-    shared: dict[tuple[str, int], dict[str, Any]],
+    shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> list[tuple[list[dict[str, Any]], bool]]:
     connection = connections[NODE_STORE]
     queue_field = QueueEntry._meta.get_field("queue")
@@ -251,14 +253,16 @@ def _member_sql(vendor: str, bounded: bool, i: int) -> str:
 
 
 def _events(
-    rows: list[tuple[Any, ...]], shared: dict[tuple[str, int], dict[str, Any]]
+    rows: list[tuple[Any, ...]], shared: dict[tuple[Any, ...], dict[str, Any]]
 ) -> list[dict[str, Any]]:
     events = []
     for row in rows:
-        event = shared.get((row[0], row[1]))
+        # One event reaches different clients with different ``cq`` lists:
+        # only those with the same list share its dict (and its frame).
+        event = shared.get((row[0], row[1], row[9]))
         if event is None:
-            event_id, seq, region, key, op, value, version, ts, _ = row
-            event = shared[event_id, seq] = {
+            event_id, seq, region, key, op, value, version, ts, _, cq = row
+            event = shared[event_id, seq, cq] = {
                 "id": event_id,
                 "seq": seq,
                 "region": region,
@@ -267,6 +271,7 @@ def _events(
                 "value_json": "null" if value is None else value,
                 "version": version,
                 "ts": ts_text(ts),
+                "cq_json": cq,
             }
         events.append(event)
     return events
@@ -312,6 +317,7 @@ def entry_to_event(entry: QueueEntry) -> dict[str, Any]:
         "value": entry.value,
         "version": entry.version,
         "ts": format_ts(entry.ts),
+        **({} if entry.cq is None else {"cq": entry.cq}),
     }
 
 
@@ -327,6 +333,8 @@ def entry_to_copy(entry: QueueEntry) -> dict[str, Any]:
         "version": entry.version,
         "ts": entry.ts.isoformat(),
         "conflates": entry.conflates,
+        # Only when the row names a CQ (``_entry_from_copy`` reads it so).
+        **({} if entry.cq is None else {"cq": entry.cq}),
     }
 
 

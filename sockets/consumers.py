@@ -218,10 +218,32 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         await self.send(protocol.reply("interest_unregistered", req_id))
 
     async def on_register_cq(self, frame: dict[str, Any], req_id: str | None) -> None:
-        raise protocol.BadQueryError("continuous queries are not supported yet")
+        """Register a CQ, send its image, then ``cq_registered``; the
+        delivery is held meanwhile, so no event naming the CQ goes out
+        before ``cq_registered``."""
+        async with streams.held(self.stream):
+            cq = await registrations.cq_register(self._held().id, frame)
+            count = await registrations.send_cq_image(self.send, req_id, cq)
+            await self.send(
+                protocol.reply("cq_registered", req_id, name=cq.name, count=count)
+            )
 
     async def on_close_cq(self, frame: dict[str, Any], req_id: str | None) -> None:
-        raise protocol.BadQueryError("continuous queries are not supported yet")
+        name = await registrations.cq_close(self._held().id, frame)
+        await self.send(protocol.reply("cq_closed", req_id, name=name))
+
+    def cq_closed_by_operator(self, name: str) -> None:
+        """An operator closed one of this socket's CQs: tell the client
+        (an unsolicited ``cq_closed``, without an id)."""
+        if not self.is_closing and self.client is not None:
+            wakeups.hub.spawn(
+                self._send_in_turn(protocol.reply("cq_closed", None, name=name))
+            )
+
+    async def _send_in_turn(self, text: str) -> None:
+        async with self.turn:
+            if not self.is_closing:
+                await self.send(text)
 
     async def on_ready(self, frame: dict[str, Any], req_id: str | None) -> None:
         if self.stream is not None:

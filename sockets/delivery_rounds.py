@@ -66,7 +66,7 @@ def _acks_and_reads(
     """The round's reads and acks, together (``_together``); if that fails,
     the acks alone and then each read on its own (``_apart``), so one
     failing read fails only its socket."""
-    shared: dict[tuple[str, int], dict[str, Any]] = {}  # one dict per event
+    shared: dict[tuple[Any, ...], dict[str, Any]] = {}  # one dict per event
     reads = [
         (ask["client_id"], ask["sent_through"], ask["limit"], ask["through"])
         for ask in asks
@@ -85,7 +85,7 @@ def _acks_and_reads(
 def _together(
     reads: list[tuple[Any, int, int, int | None]],
     acks: list[tuple[Any, int]],
-    shared: dict[tuple[str, int], dict[str, Any]],
+    shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
     """The round's reads (one statement), then its acks and the marks of
     what it read that may conflate, in one node-store transaction.
@@ -114,7 +114,7 @@ def _together(
 def _apart(
     reads: list[tuple[Any, int, int, int | None]],
     acks: list[tuple[Any, int]],
-    shared: dict[tuple[str, int], dict[str, Any]],
+    shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> tuple[list[tuple[bool, Any]], tuple[bool, Any]]:
     """The acks in a transaction of their own, then each read on its own
     (one that may conflate marked in a transaction of its own); a read's
@@ -137,7 +137,7 @@ def _apart(
 
 def _read_alone(
     one: tuple[Any, int, int, int | None],
-    shared: dict[tuple[str, int], dict[str, Any]],
+    shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """One socket's read outside a round, marked as a round marks it."""
     ((rows, conflates),) = queue_selectors.queue_reads_after_many([one], shared)
@@ -156,7 +156,7 @@ def _read_again(
     reads: list[tuple[Any, int, int, int | None]],
     indexes: list[int],
     every: list[list[dict[str, Any]]],
-    shared: dict[tuple[str, int], dict[str, Any]],
+    shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> Callable[[], dict[Any, int]]:
     """The ``read`` of a marking transaction: read ``reads[i]`` again for
     each i of ``indexes``, its heads locked, the rows into ``every[i]``;

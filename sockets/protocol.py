@@ -11,7 +11,7 @@ from cache.validation import (
     loads_strict,
     validate_json_value,
 )
-from clients.exceptions import BadRegexError
+from clients.exceptions import BadQueryError, BadRegexError
 from common.errors import DomainError, ValidationError
 
 MAX_ID = 128
@@ -44,10 +44,6 @@ class UnknownTypeError(DomainError):
 
 class NotReadyError(DomainError):
     code = "not_ready"
-
-
-class BadQueryError(DomainError):
-    code = "bad_query"
 
 
 def frame_size(text: str | None, data: bytes | None) -> int:
@@ -317,8 +313,15 @@ def event_frame(event: dict[str, Any], *, replay: bool) -> str:
         f'"region":{_scalar(event["region"])},"key":{_scalar(event["key"])},'
         f'"op":{_scalar(event["op"])},"value":{event["value_json"]},'
         f'"version":{_scalar(event["version"])},"ts":{_scalar(event["ts"])},'
-        f'"replay":{"true" if replay else "false"}}}'
+        f'"replay":{"true" if replay else "false"}{_cq_member(event)}}}'
     )
+
+
+def _cq_member(event: dict[str, Any]) -> str:
+    """The frame's ``cq`` member (the stored list's JSON text as it is),
+    or nothing when no CQ of the client's is moved by the event."""
+    cq = event.get("cq_json")
+    return "" if cq is None else f',"cq":{cq}'
 
 
 _quote = json.encoder.encode_basestring

@@ -76,3 +76,41 @@ async def interest_unregister(client_id: uuid.UUID, frame: dict[str, Any]) -> No
     await db(services.interest_unregister_by_client_id)(
         client_id=client_id, region=region, selector=selector
     )
+
+
+async def cq_register(client_id: uuid.UUID, frame: dict[str, Any]) -> Any:
+    """Register the CQ a ``register_cq`` frame asks for (its checks, in
+    order: bad_field, no_such_region, bad_query, are the service's)."""
+    return await db(services.cq_register_by_client_id)(
+        client_id=client_id,
+        name=frame.get("name"),
+        region=frame.get("region"),
+        query=frame.get("query"),
+        durable=frame.get("durable"),
+    )
+
+
+async def send_cq_image(send: Send, req_id: str | None, cq: Any) -> int:
+    """Send a CQ's current members in ``image`` frames of at most
+    ``IMAGE_CHUNK`` entries, by key; return how many were sent."""
+    count, after = 0, None
+    while True:
+        items, after = await db(selectors.cq_image_page)(
+            region=cq.region, query=cq.query, after=after, size=IMAGE_CHUNK
+        )
+        if items:
+            count += len(items)
+            await send(
+                protocol.reply(
+                    "image", req_id, region=cq.region, cq=cq.name, entries=items
+                )
+            )
+        if after is None:
+            return count
+
+
+async def cq_close(client_id: uuid.UUID, frame: dict[str, Any]) -> str:
+    """Close the CQ a ``close_cq`` frame names; return its name."""
+    name = frame.get("name")
+    await db(services.cq_close_by_client_id)(client_id=client_id, name=name)
+    return str(name)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from channels.db import database_sync_to_async as db
@@ -41,11 +42,23 @@ class StreamSocket(Protocol):
     async def close_with(self, code: int) -> None: ...
 
 
+@contextlib.asynccontextmanager
+async def held(stream: "Stream | None") -> AsyncIterator[None]:
+    """Hold ``stream``'s delivery (if it runs) while the block runs: no
+    batch is read or sent meanwhile (a CQ's registration and image)."""
+    if stream is None:
+        yield
+        return
+    async with stream.gate:
+        yield
+
+
 class Stream:
     """The delivery task of one socket, from ``ready`` to ``stop``."""
 
     __slots__ = (
         "client_id",
+        "gate",
         "polled_head",
         "sent_through",
         "socket",
@@ -62,6 +75,8 @@ class Stream:
         # The queue head the hub's sweep last woke this stream for.
         self.polled_head = head
         self.wake = wakeups.WakeFlag()
+        # Held around each batch's read and send; ``held`` holds it too.
+        self.gate = asyncio.Lock()
         self.stopping = False
         wakeups.hub.add(client_id, self.wake)
         self.task: asyncio.Task[None] | None = asyncio.create_task(
@@ -105,20 +120,24 @@ class Stream:
     async def _replay(self, through: int) -> int:
         """Send the rows through ``through``; return how many."""
         batch, replayed = settings.DURABLECACHE_REPLAY_BATCH, 0
-        while rows := await self._next_batch(batch, through=through):
-            await self._send_rows(rows, replay=True)
+        while True:
+            async with self.gate:
+                rows = await self._next_batch(batch, through=through)
+                if not rows:
+                    return replayed
+                await self._send_rows(rows, replay=True)
             replayed += len(rows)
-        return replayed
 
     async def _live(self) -> None:
         batch = settings.DURABLECACHE_REPLAY_BATCH
         while not self.stopping:
             self.wake.clear()
-            rows = await self._next_batch(batch)
-            if rows:
-                await self._send_rows(rows, replay=False)
-                if len(rows) >= batch:
-                    continue  # maybe more: read on at once
+            async with self.gate:
+                rows = await self._next_batch(batch)
+                if rows:
+                    await self._send_rows(rows, replay=False)
+            if len(rows) >= batch:
+                continue  # maybe more: read on at once
             # A short batch is everything committed when it was read: what
             # commits later rings after its commit, so after the clear
             # above, and the wait returns at once. A read again before the

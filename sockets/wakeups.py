@@ -114,6 +114,8 @@ class HubSocket(Protocol):
 
     def swept(self, *, primary: str | None, head: int, holder: str) -> None: ...
 
+    def cq_closed_by_operator(self, name: str) -> None: ...
+
 
 class WakeHub:
     """The open subscriber sockets of this process and their wake flags."""
@@ -223,6 +225,15 @@ class WakeHub:
             self.spawn(socket.close_from_hub(code, gone=gone))
         return len(targets)
 
+    def cq_closed(self, name: str, clients: list[str]) -> int:
+        """Tell this process's sockets of these clients (hex ids) that an
+        operator closed their CQ ``name``."""
+        wanted = {uuid.UUID(h) for h in clients}
+        targets = [s for s in list(self.open) if any(s.holds(c) for c in wanted)]
+        for socket in targets:
+            socket.cq_closed_by_operator(name)
+        return len(targets)
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` on the hub's loop, keeping a reference until done."""
         assert self.loop is not None  # noqa: S101
@@ -315,6 +326,8 @@ class WakeHub:
                 self.wake(message.get("clients", []))
             elif kind == "sockets.close":
                 self.close(int(message["code"]), message.get("clients"))
+            elif kind == "sockets.cq_closed":
+                self.cq_closed(str(message["name"]), message.get("clients", []))
 
     async def _refresh_loop(self) -> None:
         while True:

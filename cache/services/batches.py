@@ -36,7 +36,12 @@ class WrittenEvent(NamedTuple):
 _PUTALL_ENTRY = ["region", "key", "value", "version", "is_destroyed", "updated_at"]
 _PUTALL_EVENT = ["seq", "event_id", "region", "key", "op", "value", "version"]
 assert [f.name for f in ENTRY_FIELDS] == _PUTALL_ENTRY  # noqa: S101
-assert [f.name for f in EVENT_FIELDS] == [*_PUTALL_EVENT, "conflate", "ts"]  # noqa: S101
+assert [f.name for f in EVENT_FIELDS] == [  # noqa: S101
+    *_PUTALL_EVENT,
+    "conflate",
+    "ts",
+    "prior_value",
+]
 
 
 # Keys per statement when many are looked up at once (SQLite's default
@@ -46,23 +51,25 @@ _KEYS_PER_LOOKUP = 2000
 
 def _locked_versions(
     region: Region, keys: list[str], cursor: Any
-) -> dict[str, tuple[int, int, bool]]:
-    """``{key: (id, version, is_destroyed)}`` of the entry rows of ``keys``
-    that exist, locked."""
+) -> dict[str, tuple[int, int, bool, str | None]]:
+    """``{key: (id, version, is_destroyed, value)}`` of the entry rows of
+    ``keys`` that exist, locked; the value as its JSON text (None: null),
+    which the events keep as their ``prior_value``."""
     conn = cursor.db
     lock = sql.for_update(conn)
     quote = conn.ops.quote_name
-    found: dict[str, tuple[int, int, bool]] = {}
+    found: dict[str, tuple[int, int, bool, str | None]] = {}
     for chunk in sql.chunks(keys, _KEYS_PER_LOOKUP):
         marks = ", ".join(["%s"] * len(chunk))
         cursor.execute(
-            f"SELECT id, {quote('key')}, version, is_destroyed"  # noqa: S608
+            f"SELECT id, {quote('key')}, version, is_destroyed,"  # noqa: S608
+            f" {quote('value')}"
             f" FROM {sql.table(Entry, conn)}"
             f" WHERE region_id = %s AND {quote('key')} IN ({marks}){lock}",
             [region.pk, *chunk],
         )
-        for pk, key, version, is_destroyed in cursor.fetchall():
-            found[key] = (pk, version, bool(is_destroyed))
+        for pk, key, version, is_destroyed, value in cursor.fetchall():
+            found[key] = (pk, version, bool(is_destroyed), value)
     return found
 
 
@@ -99,17 +106,21 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
         for key in sorted(entries):
             text = texts[key]
             old = existing.get(key)
+            prior = None
             if old is None:
                 op, version = Op.CREATE.value, 1
                 creates.append([reg.pk, key, text, version, False, updated_at])
             else:
-                pk, version, destroyed = old
+                pk, version, destroyed, stored = old
+                prior = None if destroyed else stored
                 op = Op.CREATE.value if destroyed else Op.UPDATE.value
                 version += 1
                 updates.append([text, version, False, updated_at, pk])
             seq += 1
             event_id = uuid.uuid4().hex
-            events.append([seq, event_id, name, key, op, text, version, conflate, ts])
+            events.append(
+                [seq, event_id, name, key, op, text, version, conflate, ts, prior]
+            )
             written.append(WrittenEvent(seq, event_id, key, op, version))
         _write_rows(cursor, creates, updates, events)
     return written
@@ -232,11 +243,16 @@ def _put_rows(
         name, key, _ = puts[i]
         row = rows[name, key]
         op = Op.CREATE.value if row[2] else Op.UPDATE.value
+        # The value before this put: the row's, or an earlier put's of the
+        # same key in this round.
+        prior = None if row[2] else row[3]
         row[1], row[2], row[3] = row[1] + 1, False, texts[i]
         seq += 1
         event_id = uuid.uuid4().hex
         conflate = regions[name].conflate_events
-        events.append([seq, event_id, name, key, op, texts[i], row[1], conflate, ts])
+        events.append(
+            [seq, event_id, name, key, op, texts[i], row[1], conflate, ts, prior]
+        )
         results[i] = WrittenEvent(seq, event_id, key, op, row[1])
     creates, updates = [], []
     for (name, key), (pk, version, _, text) in rows.items():
@@ -255,7 +271,8 @@ def _entry_rows(
 ) -> dict[tuple[str, str], list[Any]]:
     """``{(region, key): [entry pk or None, version, is_destroyed, text]}``
     of every key put, as its row stands, locked (a key without a row: a
-    destroyed one at version 0)."""
+    destroyed one at version 0); ``text`` is the stored value's JSON text
+    until a put replaces it."""
     keys: dict[str, list[str]] = {}
     for i in texts:
         keys.setdefault(puts[i][0], []).append(puts[i][1])
@@ -264,9 +281,8 @@ def _entry_rows(
         found = _locked_versions(regions[name], list(dict.fromkeys(names)), cursor)
         for key in names:
             old = found.get(key)
-            rows.setdefault(
-                (name, key), [None, 0, True, None] if old is None else [*old, None]
-            )
+            row: list[Any] = [None, 0, True, None] if old is None else [*old]
+            rows.setdefault((name, key), row)
     return rows
 
 

@@ -1,6 +1,7 @@
 """Single-key writes: put, destroy, invalidate, each its own transaction
 and its own event."""
 
+import json
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -25,17 +26,20 @@ def _locked_entry(region: Region, key: str) -> Entry | None:
     lock = sql.for_update(connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, version, is_destroyed FROM {_table(Entry)}"  # noqa: S608
+            f"SELECT id, version, is_destroyed, {connection.ops.quote_name('value')}"  # noqa: S608
+            f" FROM {_table(Entry)}"
             f" WHERE region_id = %s AND {connection.ops.quote_name('key')} = %s{lock}",
             [region.pk, key],
         )
         row = cursor.fetchone()
     if row is None:
         return None
+    # The stored value (its JSON text) becomes the event's prior value.
+    value = None if row[2] or row[3] is None else json.loads(row[3])
     entry = Entry.from_db(
         connection.alias,
-        ["id", "region_id", "key", "version", "is_destroyed"],
-        [row[0], region.pk, key, row[1], bool(row[2])],
+        ["id", "region_id", "key", "value", "version", "is_destroyed"],
+        [row[0], region.pk, key, value, row[1], bool(row[2])],
     )
     entry.region = region
     return entry
@@ -66,6 +70,7 @@ def _change(
     now = timezone.now()
     if entry is None:
         entry = Entry(region=region, key=key, version=0)
+    prior = None if entry.is_destroyed else entry.value
     entry.version += 1
     entry.value = value
     entry.is_destroyed = op == Op.DESTROY
@@ -77,6 +82,7 @@ def _change(
         "value": value,
         "version": entry.version,
         "conflate": region.conflate_events,
+        "prior_value": prior,
     }
     return entry, spec
 

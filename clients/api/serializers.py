@@ -273,12 +273,27 @@ class NodeSerializer(serializers.Serializer[Any]):
 
 
 class CqSerializer(serializers.Serializer[Any]):
-    """A continuous query (docs/cq.md; not implemented yet)."""
+    """A client's continuous query (docs/protocol.md, continuous queries)."""
 
-    name = serializers.CharField()
+    name = serializers.CharField(read_only=True)
+    region = serializers.CharField(read_only=True)
+    query = serializers.CharField(read_only=True)
+    durable = serializers.BooleanField(source="is_durable", read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class CqCreateSerializer(serializers.Serializer[Any]):
+    """The body of a CQ's registration: the ``register_cq`` frame's fields.
+
+    Describes the body for the schema; the fields are judged by the
+    service, as the frame's are (bad_field, no_such_region, bad_query in
+    that order), so a number given as ``query`` is a bad field, not text.
+    """
+
+    name = serializers.CharField(help_text="1-128 characters `[A-Za-z0-9._:-]`")
     region = serializers.CharField()
-    query = serializers.CharField()
-    durable = serializers.BooleanField()
+    query = serializers.CharField(help_text="docs/cq.md")
+    durable = serializers.BooleanField(required=False, default=False)
 
 
 DurableClientPageSerializer = paged_serializer(

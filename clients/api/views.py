@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from clients import selectors, services
 from clients.api.serializers import (
+    CqCreateSerializer,
     CqPageSerializer,
     CqSerializer,
     DurableClientPageSerializer,
@@ -35,7 +36,7 @@ from common.api import (
     page_params,
     paged_response,
 )
-from common.errors import NotFoundError, ValidationError
+from common.errors import NotFoundError
 from common.names import NAME_RE
 from queues.selectors import entry_to_event
 
@@ -189,29 +190,46 @@ class QueueView(APIView):
 
 @extend_schema(parameters=[DURABLE_ID_PARAMETER])
 class CqListView(APIView):
-    """Continuous queries are part of the contract but not implemented yet."""
-
     @extend_schema(
+        parameters=PAGE_PARAMETERS,
         operation_id="clients_cqs_list",
-        responses={200: CqPageSerializer, **error_responses(404)},
-        description="Not implemented yet: always an empty page.",
+        responses={200: CqPageSerializer, **error_responses(400, 404)},
+        description="The client's continuous queries, by name.",
     )
     def get(self, request: Request, durable_id: str) -> Response:
-        _client(request, durable_id)
-        return Response({"results": [], "next": None})
+        page = page_params(request)
+        cqs = selectors.cq_list(client=_client(request, durable_id))
+        rows = keyset(cqs, "name", page)
+        return paged_response(
+            request,
+            rows,
+            page,
+            cursor_of=lambda q: q.name,
+            serialize=lambda qs: CqSerializer(qs, many=True).data,
+        )
 
     @extend_schema(
-        request=CqSerializer,
-        # The body is not read (no 415), but the size limit still holds (413).
-        responses=error_responses(400, 404, 413, write=True),
-        description="Not implemented yet: 400 `bad_query`, once the id is "
-        "known to be the caller's or no one's (another owner's: 404).",
+        request=CqCreateSerializer,
+        responses={201: CqSerializer, **error_responses(404, write=True, body=True)},
+        description="Register a continuous query, judged like the `register_cq` "
+        "frame (400 `bad_field`, 404 `no_such_region`, 400 `bad_query` with the "
+        "query's line and column, in that order); no image is sent. The same "
+        "definition again is idempotent; another one under the name is 400 "
+        "`bad_field`. An unknown durable id is created as for interests, owned "
+        "by the caller and disconnected; another owner's is a 404 whatever the "
+        "body.",
     )
     def post(self, request: Request, durable_id: str) -> Response:
         services.client_check_claim(user=request.user, durable_id=durable_id)
-        raise ValidationError(
-            "continuous queries are not supported yet", code="bad_query"
+        body = request.data if isinstance(request.data, dict) else {}
+        fields = {f: body.get(f) for f in ("name", "region", "query", "durable")}
+        # Judged before the client may be created: a refused body changes nothing.
+        services.cq_check(**fields, client_is_durable=True)
+        client = services.client_ensure_offline(
+            user=request.user, durable_id=durable_id
         )
+        cq = services.cq_register(client=client, **fields)
+        return Response(CqSerializer(cq).data, status=201)
 
 
 @extend_schema(
@@ -224,12 +242,15 @@ class CqListView(APIView):
 )
 class CqDetailView(APIView):
     @extend_schema(
-        responses=error_responses(404, write=True),
-        description="Not implemented yet: always 404 (no query exists).",
+        responses={204: None, **error_responses(404, write=True)},
+        description="Close a continuous query (404 for a name the client does "
+        "not hold). A connected client gets an unsolicited `cq_closed`.",
     )
     def delete(self, request: Request, durable_id: str, name: str) -> Response:
-        _client(request, durable_id)
-        raise NotFoundError(f"no continuous query {name!r}")
+        client = _client(request, durable_id)
+        if not services.cq_close(client=client, name=name, by_operator=True):
+            raise NotFoundError(f"no continuous query {name!r}")
+        return Response(status=204)
 
 
 class NodeListView(APIView):

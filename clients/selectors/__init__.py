@@ -25,10 +25,13 @@ from clients.selectors.dashboard import (
     recent_history,
 )
 from clients.selectors.delivery import (
+    CQ_KIND,
     INTEREST_CLIENTS_PER_READ,
     InterestRow,
     client_modes,
     client_regions,
+    cq_image_page,
+    cq_list,
     delivery_checks,
     hosted_load,
     image_page,
@@ -40,6 +43,7 @@ from clients.selectors.delivery import (
 
 __all__ = [
     "CLIENT_STATES",
+    "CQ_KIND",
     "INTEREST_CLIENTS_PER_READ",
     "SERIES_GAP",
     "InterestRow",
@@ -52,6 +56,8 @@ __all__ = [
     "client_series",
     "client_visible_to",
     "cluster_series",
+    "cq_image_page",
+    "cq_list",
     "dashboard_clients",
     "dashboard_counts",
     "delivery_checks",

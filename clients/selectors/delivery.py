@@ -6,13 +6,16 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from cache import selectors as cache_selectors
 from clients import placement
+from clients.cq import compile_query
 from clients.matching import Selector, key_matches
 from clients.models import (
+    ContinuousQuery,
     DurableClient,
+    EndedCq,
     EndedInterest,
     Interest,
     InterestKind,
@@ -45,6 +48,8 @@ class InterestRow(NamedTuple):
     # An ended interest (``EndedInterest``) wants no event after this seq;
     # None for a live one.
     until_seq: int | None = None
+    # A continuous query's text (a row of kind CQ_KIND; None otherwise).
+    query: str | None = None
 
 
 def interest_rows(
@@ -63,22 +68,67 @@ def interest_rows(
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
         params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
+    # The regions' continuous queries come in the same statement, as rows
+    # of kind CQ_KIND whose selector is the CQ's name (no statement more
+    # per pass for them).
+    cq_columns = ", ".join(
+        [
+            f"i.{quote('client_id')}",
+            f"i.{quote('region')}",
+            f"'{CQ_KIND}'",
+            f"i.{quote('name')}",
+            f"i.{quote('since_seq')}",
+        ]
+    )
     members = [
-        f"SELECT {columns}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
-        f" c.{quote('conflate')}, {until}"
+        f"SELECT {cols}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
+        f" c.{quote('conflate')}, {until}, {query}"
         f" FROM {sql.table(model, connection)} i"
         f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
         f" WHERE {where}"
-        for model, until in ((Interest, "NULL"), (EndedInterest, "i.until_seq"))
+        for model, cols, until, query in (
+            (Interest, columns, "NULL", "NULL"),
+            (EndedInterest, columns, "i.until_seq", "NULL"),
+            (ContinuousQuery, cq_columns, "NULL", f"i.{quote('query')}"),
+            (EndedCq, cq_columns, "i.until_seq", f"i.{quote('query')}"),
+        )
     ]
     with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(members), params * 2)
+        cursor.execute(" UNION ALL ".join(members), params * 4)
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
     return [
-        InterestRow(to_uuid(pk), region, kind, selector, since, bool(here), mode, until)
-        for pk, region, kind, selector, since, here, mode, until in rows
+        InterestRow(
+            to_uuid(pk), region, kind, selector, since, bool(here), mode, until, query
+        )
+        for pk, region, kind, selector, since, here, mode, until, query in rows
     ]
+
+
+# The ``kind`` of a continuous query's row in ``interest_rows``.
+CQ_KIND = "cq"
+
+
+def cq_image_page(
+    *, region: str, query: str, after: str | None, size: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a CQ's image: the members among ``size`` entries of the
+    region after key ``after`` ({key, value, version}, by key), and the
+    key to read on from (None: the region is read through)."""
+    compiled = compile_query(query, region=region)
+    entries = cache_selectors.entry_list(region=region, after=after, limit=size)
+    following = entries[-1].key if len(entries) == size else None
+    members = [
+        {"key": e.key, "value": e.value, "version": e.version}
+        for e in entries
+        if compiled.is_member(e.key, e.value)
+    ]
+    return members, following
+
+
+def cq_list(*, client: DurableClient) -> QuerySet[ContinuousQuery]:
+    """A client's continuous queries, by name (REST, the CLI, the admin)."""
+    return ContinuousQuery.objects.filter(client=client).order_by("name")
 
 
 def client_modes(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
@@ -140,13 +190,12 @@ def hosted_load() -> Counter[str]:
 
 
 def client_regions(*, client_id: uuid.UUID) -> list[str]:
-    """Regions in which the client holds interests, sorted."""
+    """Regions in which the client holds interests or CQs, sorted."""
+    interests = Interest.objects.filter(client_id=client_id)
+    cqs = ContinuousQuery.objects.filter(client_id=client_id)
     return sorted(
-        set(
-            Interest.objects.filter(client_id=client_id).values_list(
-                "region", flat=True
-            )
-        )
+        set(interests.values_list("region", flat=True))
+        | set(cqs.values_list("region", flat=True))
     )
 
 

@@ -7,6 +7,14 @@ through ``queues.services``; a queue on another node is dropped by task
 (``clients.dispatch``).
 """
 
+from clients.services.cqs import (
+    cq_check,
+    cq_close,
+    cq_close_by_client_id,
+    cq_forget_here,
+    cq_register,
+    cq_register_by_client_id,
+)
 from clients.services.expiry import clients_expire
 from clients.services.hello import (
     NO_QUEUE,
@@ -51,6 +59,12 @@ __all__ = [
     "clients_expire",
     "clients_node_restarted",
     "clients_of_dead_nodes_disconnect",
+    "cq_check",
+    "cq_close",
+    "cq_close_by_client_id",
+    "cq_forget_here",
+    "cq_register",
+    "cq_register_by_client_id",
     "interest_delete",
     "interest_register",
     "interest_register_by_client_id",

@@ -13,6 +13,7 @@ from django.utils import timezone
 from clients import history
 from clients.models import DurableClient
 from clients.placement import DOWN, Membership
+from clients.services.cqs import cqs_end_non_durable
 from clients.services.interests import interests_end
 from clients.services.ownership import clients_purge
 from common import sql
@@ -101,6 +102,7 @@ def _mark_disconnected(
     history.record_many(clients, "disconnected", detail=why)
     # Last: it locks the event log, which writers wait for, to the commit.
     interests_end([client.pk for client in clients], is_durable=False)
+    cqs_end_non_durable([client.pk for client in clients])
 
 
 def clients_node_restarted(*, node: str) -> int:

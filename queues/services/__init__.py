@@ -16,8 +16,9 @@ from queues.services.acks import (
     queue_ack_and_mark_many,
     queue_ack_many,
 )
-from queues.services.append import queue_append_many
+from queues.services.append import CqList, queue_append_many
 from queues.services.copies import queue_adopt, queue_copy_in
+from queues.services.cqs import queue_forget_cq
 from queues.services.cursor import (
     cursor_flushed,
     cursor_init,
@@ -36,6 +37,7 @@ from queues.services.queues import (
 from queues.services.store import commit_unflushed
 
 __all__ = [
+    "CqList",
     "commit_unflushed",
     "cursor_flushed",
     "cursor_init",
@@ -53,5 +55,6 @@ __all__ = [
     "queue_drop_many",
     "queue_drop_orphans",
     "queue_ensure",
+    "queue_forget_cq",
     "queue_reset_delivery",
 ]

@@ -24,6 +24,7 @@ def queue_append_many(
     *,
     modes: Mapping[uuid.UUID, str] | None = None,
     modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]] | None = None,
+    cqs: Mapping[uuid.UUID, Mapping[int, "CqList"]] | None = None,
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -37,6 +38,9 @@ def queue_append_many(
     ``modes``: each client's ``conflate`` as the caller read it from the
     cluster; a queue whose own mode differs takes its client's before
     anything is appended (``_align_modes``).
+
+    ``cqs``: per client, per event seq, the ``cq`` list the fan-out judged
+    for it (absent: no CQ of the client's is moved by the event).
     """
     if not appends:
         return {}
@@ -48,7 +52,9 @@ def queue_append_many(
     if modes is not None and modes_now is not None:
         _align_modes(locked, modes, modes_now)
     for state in locked:
-        added = _append(state, appends[state.client_id], prepared)
+        added = _append(
+            state, appends[state.client_id], prepared, (cqs or {}).get(state.client_id)
+        )
         heads[state.client_id] = state.last_seq
         if added is not None:
             rows.extend(added)
@@ -104,6 +110,7 @@ _ROW_COLUMNS = [
     "version",
     "ts",
     "conflates",
+    "cq",
 ]
 assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
@@ -181,8 +188,21 @@ def _save_heads(states: list[Any]) -> None:
     sql.update_rows(connection, QueueState, _HEAD_FIELDS, [STATE_PK], rows)
 
 
+@dataclass(frozen=True, slots=True)
+class CqList:
+    """An event's ``cq`` list for one client: its JSON text, and whether
+    every ``cq_op`` in it is ``update`` (only then may the row conflate:
+    a client never loses an entered or left event to conflation)."""
+
+    text: str
+    only_updates: bool
+
+
 def _append(
-    state: "_Head", events: Sequence[Any], prepared: "_PreparedEvents"
+    state: "_Head",
+    events: Sequence[Any],
+    prepared: "_PreparedEvents",
+    cqs: Mapping[int, CqList] | None = None,
 ) -> list[list[Any]] | None:
     """The rows to append to one locked queue, conflating superseded
     undelivered updates; None when every event was appended already.
@@ -207,14 +227,22 @@ def _append(
             continue
         state.last_seq = event.seq
         ident = (event.region, event.key)
-        conflates = _conflates(state, event)
-        if conflates:
+        cq = None if cqs is None else cqs.get(event.seq)
+        # A newer update removes an older removable one whatever its own
+        # ``cq`` says; it is removable itself only if its ``cq_op``s are
+        # all ``update``.
+        supersedes = _conflates(state, event)
+        conflates = supersedes and (cq is None or cq.only_updates)
+        if supersedes:
             if ident in pending_update:
-                new[pending_update[ident]] = None
+                new[pending_update.pop(ident)] = None
             else:
                 deleted += _drop_undelivered_update(state, queue, event)
-            pending_update[ident] = len(new)
-        new.append([queue, *prepared(event), conflates])
+            if conflates:
+                pending_update[ident] = len(new)
+        new.append(
+            [queue, *prepared(event), conflates, None if cq is None else cq.text]
+        )
     if not new:
         return None
     rows = [row for row in new if row is not None]

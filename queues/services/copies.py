@@ -171,4 +171,5 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         conflates=data.get(
             "conflates", data["op"] == "update" and state.conflate != "false"
         ),
+        cq=data.get("cq"),
     )

@@ -47,7 +47,9 @@ def classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     conflates: Any = Value(conflate == "true")
     if names:  # (Django skips the whole UPDATE on an IN of no names)
         conflates = ExpressionWrapper(Q(region__in=names), output_field=BooleanField())
-    QueueEntry.objects.filter(queue_id=client_id, op="update").update(
+    # A row that names a CQ stays unconflatable: its ``cq_op``s were
+    # judged when it was queued, and an entered or left event must stay.
+    QueueEntry.objects.filter(queue_id=client_id, op="update", cq__isnull=True).update(
         conflates=conflates
     )
 

@@ -312,26 +312,70 @@ def test_interest_for_an_invalid_durable_id_is_400(api, region):
     assert_error(register(api, "bad id!", region="prices", all_keys=True), 400)
 
 
-# --- continuous queries (not supported yet) ---------------------------------
+# --- continuous queries -----------------------------------------------------
 
 
-def test_cqs_are_listed_empty(api, user):
+def post_cq(api, durable_id, **body):
+    return api.post(f"{BASE}/clients/{durable_id}/cqs/", body, format="json")
+
+
+def test_cqs_are_registered_listed_and_closed(api, user, region):
     hello(user, "d1")
-    response = api.get(f"{BASE}/clients/d1/cqs/")
-    assert response.status_code == 200
-    assert response.json() == {"results": [], "next": None}
+    body = {
+        "name": "big",
+        "region": "prices",
+        "query": "value.qty > 5",
+        "durable": True,
+    }
+    response = post_cq(api, "d1", **body)
+    assert response.status_code == 201
+    assert post_cq(api, "d1", **body).status_code == 201  # idempotent
+    post_cq(api, "d1", name="all", region="prices", query="value IS NOT NULL")
+    listed = api.get(f"{BASE}/clients/d1/cqs/").json()
+    assert [(q["name"], q["durable"]) for q in listed["results"]] == [
+        ("all", False),
+        ("big", True),
+    ]
+    assert listed["results"][1]["query"] == "value.qty > 5"
+    assert "created_at" in listed["results"][1]
+    assert api.delete(f"{BASE}/clients/d1/cqs/big/").status_code == 204
+    assert_error(api.delete(f"{BASE}/clients/d1/cqs/big/"), 404)
 
 
-def test_registering_a_cq_is_400_bad_query(api, user):
+def test_a_cq_for_an_unknown_id_creates_the_client_offline(api, user, region):
+    response = post_cq(api, "new-1", name="big", region="prices", query="value.qty > 5")
+    assert response.status_code == 201
+    client = DurableClient.objects.get(durable_id="new-1")
+    assert (client.owner, client.is_connected) == (user, False)
+    assert client.cqs.get().name == "big"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"name": "bad name", "region": "nope", "query": "("}, 400, "bad_field"),
+        ({"name": "q", "region": "prices", "query": 5}, 400, "bad_field"),
+        ({"name": "q", "region": "nope", "query": "("}, 404, "no_such_region"),
+        ({"name": "q", "region": "prices", "query": "value >"}, 400, "bad_query"),
+    ],
+)
+def test_a_refused_cq_changes_nothing(api, region, body, status, code):
+    assert_error(post_cq(api, "new-1", **body), status, code)
+    assert not DurableClient.objects.filter(durable_id="new-1").exists()
+
+
+def test_a_different_definition_under_a_name_is_bad_field(api, user, region):
     hello(user, "d1")
-    body = {"name": "q", "region": "prices", "query": "value > 1", "durable": True}
-    response = api.post(f"{BASE}/clients/d1/cqs/", body, format="json")
-    assert_error(response, 400, "bad_query")
+    post_cq(api, "d1", name="big", region="prices", query="value.qty > 5")
+    response = post_cq(api, "d1", name="big", region="prices", query="value.qty > 6")
+    assert_error(response, 400, "bad_field")
 
 
-def test_deleting_a_cq_is_404(api, user):
-    hello(user, "d1")
-    assert_error(api.delete(f"{BASE}/clients/d1/cqs/q/"), 404)
+def test_another_owners_client_cqs_are_404_whatever_the_body(api, other_user, region):
+    hello(other_user, "theirs", socket_id="ch-2")
+    assert_error(post_cq(api, "theirs", name="bad name"), 404)
+    assert_error(api.get(f"{BASE}/clients/theirs/cqs/"), 404)
+    assert_error(api.delete(f"{BASE}/clients/theirs/cqs/x/"), 404)
 
 
 # --- nodes/ ----------------------------------------------------------------

@@ -48,3 +48,19 @@ def test_every_command_loads_in_a_fresh_process(tmp_path):
     for command in ("durable", "issue_token", "runnode", "runcluster"):
         result = run_python(["manage.py", command, "--help"], tmp_path)
         assert result.returncode == 0, result.stderr
+
+
+def test_durable_show_lists_cqs_and_close_cq_closes_one(user, region):
+    options = services.parse_hello_options({"durable_id": "cli-1"})
+    client = services.client_hello(user=user, socket_id="ch", options=options).client
+    services.cq_register(
+        client=client, name="big", region="prices", query="value > 5", durable=True
+    )
+    shown = json.loads(run("durable", "show", "cli-1"))
+    assert shown["cqs"] == [
+        {"name": "big", "region": "prices", "query": "value > 5", "durable": True}
+    ]
+    assert "closed" in run("durable", "close-cq", "cli-1", "big")
+    assert not client.cqs.exists()
+    with pytest.raises(CommandError, match="no continuous query"):
+        run("durable", "close-cq", "cli-1", "big")

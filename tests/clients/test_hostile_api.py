@@ -75,10 +75,12 @@ def test_an_unknown_id_with_a_bad_body_is_400_and_creates_nothing(bob_api, regio
     assert not DurableClient.objects.exists()
 
 
-def test_an_unknown_id_on_cqs_is_still_bad_query(bob_api, region):
+def test_an_unknown_id_with_a_bad_query_is_bad_query_and_creates_nothing(
+    bob_api, region
+):
     response = bob_api.post(
         f"{BASE}/clients/fresh/cqs/",
-        {"name": "q", "region": "prices", "query": "key = 'a'"},
+        {"name": "q", "region": "prices", "query": "key = "},
         format="json",
     )
     assert_error(response, 400, "bad_query")

@@ -72,6 +72,15 @@ class Command(BaseCommand):
             }
             for i in selectors.interest_list(client=client)
         ]
+        row["cqs"] = [
+            {
+                "name": q.name,
+                "region": q.region,
+                "query": q.query,
+                "durable": q.is_durable,
+            }
+            for q in selectors.cq_list(client=client)
+        ]
         self.stdout.write(json.dumps(row, indent=2))
 
     def do_close(self, opts: dict[str, Any]) -> None:
@@ -81,7 +90,9 @@ class Command(BaseCommand):
         )
 
     def do_close_cq(self, opts: dict[str, Any]) -> None:
-        selectors.client_visible_to(user=_operator(), durable_id=opts["durable_id"])
-        raise CommandError(
-            f"no continuous query {opts['name']!r} (CQs are not supported yet)"
+        client = selectors.client_visible_to(
+            user=_operator(), durable_id=opts["durable_id"]
         )
+        if not services.cq_close(client=client, name=opts["name"], by_operator=True):
+            raise CommandError(f"no continuous query {opts['name']!r}")
+        self.stdout.write(f"closed continuous query {opts['name']!r}")

@@ -1,0 +1,201 @@
+"""Continuous queries: register, close, and end them with a socket
+(docs/protocol.md, continuous queries; the language: docs/cq.md)."""
+
+import re
+import uuid
+from typing import Any
+
+from django.db import transaction
+
+from cache import selectors as cache_selectors
+from cache import services as cache_services
+from clients import dispatch, selectors
+from clients.cq import QueryError, canonical_text, parse_query
+from clients.exceptions import BadQueryError, UnknownClientError
+from clients.matching import key_matches
+from clients.models import ContinuousQuery, DurableClient, EndedCq, Interest
+from clients.placement import self_node
+from clients.services.interests import clients_lock
+from common.errors import ValidationError
+from queues import notify
+from queues import services as queue_services
+
+NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def cq_check(
+    *, name: Any, region: Any, query: Any, durable: Any, client_is_durable: bool
+) -> tuple[str, str, str, bool]:
+    """Check a registration's fields in the protocol's order (bad_field,
+    no_such_region, bad_query); return (name, region, canonical, durable)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValidationError("name must be 1-128 characters of [A-Za-z0-9._:-]")
+    if not isinstance(region, str):
+        raise ValidationError("region must be a string")
+    if not isinstance(query, str):
+        raise ValidationError("query must be a string")
+    if durable is None:
+        durable = False
+    if not isinstance(durable, bool):
+        raise ValidationError("durable must be a boolean")
+    if durable and not client_is_durable:
+        raise ValidationError("a durable CQ needs a durable client")
+    cache_selectors.region_get(name=region)
+    try:
+        parsed = parse_query(query, region=region)
+    except QueryError as exc:
+        raise BadQueryError(str(exc)) from exc
+    return name, region, canonical_text(parsed.condition), durable
+
+
+def cq_register(
+    *, client: DurableClient, name: Any, region: Any, query: Any, durable: Any
+) -> ContinuousQuery:
+    """Register a CQ; idempotent for the same definition (region, query by
+    its canonical form, durability), ``bad_field`` for another one.
+
+    The CQ judges the events after the log head read here, with the log
+    locked to the commit (as ``interest_register``): an image read after
+    this holds every change before it. Locks: the client, the event log.
+    """
+    name, region, canonical, durable = cq_check(
+        name=name,
+        region=region,
+        query=query,
+        durable=durable,
+        client_is_durable=client.is_durable,
+    )
+    with transaction.atomic():
+        clients_lock([client.pk])
+        existing = ContinuousQuery.objects.filter(client=client, name=name).first()
+        if existing is not None:
+            if (existing.region, existing.canonical, existing.is_durable) != (
+                region,
+                canonical,
+                durable,
+            ):
+                raise ValidationError(
+                    f"CQ {name!r} is registered with another definition"
+                )
+            return existing
+        since = cache_services.event_log_head_locked()
+        return ContinuousQuery.objects.create(
+            client=client,
+            name=name,
+            region=region,
+            query=query,
+            canonical=canonical,
+            is_durable=durable,
+            since_seq=since,
+        )
+
+
+def cq_register_by_client_id(*, client_id: uuid.UUID, **fields: Any) -> ContinuousQuery:
+    """``cq_register`` for the client a socket holds, known by its id."""
+    return cq_register(client=selectors.client_get(client_id=client_id), **fields)
+
+
+def cq_close(*, client: DurableClient, name: str, by_operator: bool = False) -> bool:
+    """Close a CQ; return whether the client held it. No event fanned out
+    afterwards names it (the fan-out no longer sees it).
+
+    ``by_operator`` (REST DELETE by staff, ``manage.py durable close-cq``,
+    the admin): a socket of the client's gets an unsolicited
+    ``cq_closed`` {name}, after commit, through its node's hub."""
+    with transaction.atomic():
+        clients_lock([client.pk])
+        closed = (
+            ContinuousQuery.objects.filter(client=client, name=name).delete()[0] > 0
+        )
+        row = DurableClient.objects.filter(pk=client.pk).values_list(
+            "is_connected", "node"
+        )
+        connected, node = row[0] if row else (False, "")
+        if closed:
+            _forget_after_commit(client.pk, name)
+        if closed and by_operator and connected and node:
+            client_id = client.pk
+            transaction.on_commit(lambda: notify.cq_closed(client_id, name, node))
+    return closed
+
+
+def _forget_after_commit(client_id: uuid.UUID, name: str) -> None:
+    """After commit, take the closed CQ out of the client's queue on each
+    of its hosts: here at once, on another node by task (a lost task
+    leaves the name on that host's rows; ``cq_forget_here`` is
+    idempotent)."""
+
+    def forget() -> None:
+        row = DurableClient.objects.filter(pk=client_id).first()
+        if row is None:
+            return
+        for host in row.hosts:
+            if host == self_node():
+                cq_forget_here(client_id=client_id, name=name)
+            else:
+                dispatch.forget_cq_on(host, client_id, name)
+
+    transaction.on_commit(forget)
+
+
+def cq_forget_here(*, client_id: uuid.UUID, name: str) -> int:
+    """Take a closed CQ out of the client's queue on this node: its name
+    leaves every queued row, and a row then naming no CQ that no interest
+    of the client's wants goes (and is no longer counted)."""
+    interests = list(
+        Interest.objects.filter(client_id=client_id).values_list(
+            "region", "kind", "selector"
+        )
+    )
+
+    def wanted(region: str, key: str | None) -> bool:
+        return any(
+            r == region and (key is None or key_matches(kind, selector, key))
+            for r, kind, selector in interests
+        )
+
+    return queue_services.queue_forget_cq(
+        client_id=client_id, name=name, node=self_node(), wanted=wanted
+    )
+
+
+def cqs_end_non_durable(client_ids: list[uuid.UUID]) -> int:
+    """End these clients' non-durable CQs at a socket's end: each is kept
+    as an ``EndedCq`` through the log head, so every host names it in the
+    same events (those already queued stay as they are). Call with the
+    clients' rows locked."""
+    rows = list(
+        ContinuousQuery.objects.select_for_update().filter(
+            client_id__in=client_ids, is_durable=False
+        )
+    )
+    if not rows:
+        return 0
+    until = cache_services.event_log_head_locked()
+    EndedCq.objects.bulk_create(
+        EndedCq(
+            client_id=row.client_id,
+            name=row.name,
+            region=row.region,
+            query=row.query,
+            since_seq=row.since_seq,
+            until_seq=until,
+        )
+        for row in rows
+        if row.since_seq < until
+    )
+    return ContinuousQuery.objects.filter(pk__in=[r.pk for r in rows]).delete()[0]
+
+
+def cq_get(*, client: DurableClient, name: str) -> ContinuousQuery:
+    found = ContinuousQuery.objects.filter(client=client, name=name).first()
+    if found is None:
+        raise UnknownClientError(f"no CQ {name!r}")
+    return found
+
+
+def cq_close_by_client_id(*, client_id: uuid.UUID, name: Any) -> bool:
+    """``cq_close`` for the client a socket holds (``close_cq``)."""
+    if not isinstance(name, str):
+        raise ValidationError("name must be a string")
+    return cq_close(client=selectors.client_get(client_id=client_id), name=name)

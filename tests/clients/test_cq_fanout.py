@@ -1,0 +1,230 @@
+"""Continuous queries through the fan-out: the membership table, one queue
+row per change with a sorted ``cq`` list, region ops and conflation."""
+
+import pytest
+
+from cache import services as cache_services
+from clients import fanout, services
+from clients.exceptions import BadQueryError
+from clients.models import ContinuousQuery, DurableClient
+from common.errors import ValidationError
+from queues import selectors as queue_selectors
+from queues.models import QueueEntry
+from queues.services import copies
+from tests.helpers import connected_client
+
+pytestmark = pytest.mark.django_db(databases=["default", "node"])
+
+
+def _hello(user, durable_id):
+    options = services.parse_hello_options({"durable_id": durable_id})
+    return services.client_hello(
+        user=user, socket_id=durable_id, options=options
+    ).client
+
+
+def _rows(client):
+    return [
+        (r.op, r.key, r.cq)
+        for r in QueueEntry.objects.filter(queue_id=client.id).order_by("seq")
+    ]
+
+
+def _cq(client, name, query, *, durable=False, region="prices"):
+    return services.cq_register(
+        client=client, name=name, region=region, query=query, durable=durable
+    )
+
+
+def test_membership_table_gives_each_change_its_cq_op(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    put = cache_services.entry_put
+    put(region="prices", key="k", value={"qty": 1})  # no -> no: nothing
+    put(region="prices", key="k", value={"qty": 7})  # no -> yes: create
+    put(region="prices", key="k", value={"qty": 9})  # yes -> yes: update
+    put(region="prices", key="k", value={"qty": 2})  # yes -> no: destroy
+    put(region="prices", key="k", value={"qty": 8})  # create again
+    cache_services.entry_destroy(region="prices", key="k")  # member destroyed
+    put(region="prices", key="j", value={"qty": 8})
+    cache_services.entry_invalidate(region="prices", key="j")  # member invalidated
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [
+        ("update", "k", [{"name": "big", "cq_op": "create"}]),
+        ("update", "k", [{"name": "big", "cq_op": "update"}]),
+        ("update", "k", [{"name": "big", "cq_op": "destroy"}]),
+        ("update", "k", [{"name": "big", "cq_op": "create"}]),
+        ("destroy", "k", [{"name": "big", "cq_op": "destroy"}]),
+        ("create", "j", [{"name": "big", "cq_op": "create"}]),
+        ("invalidate", "j", [{"name": "big", "cq_op": "destroy"}]),
+    ]
+
+
+def test_one_row_per_change_with_several_cqs_and_an_interest(user, region):
+    client = connected_client(user, "c", keys=["k", "other"])
+    _cq(client, "zeta", "value.qty > 5")
+    _cq(client, "alpha", "value.qty > 0")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="other", value={"qty": -1})
+    cache_services.entry_put(region="prices", key="nobody", value={"qty": -1})
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [
+        (
+            "create",
+            "k",
+            [{"name": "alpha", "cq_op": "create"}, {"name": "zeta", "cq_op": "create"}],
+        ),
+        ("create", "other", None),  # the interest's, no CQ moved
+    ]
+
+
+def test_region_clear_reaches_every_cq_of_the_region(user, region):
+    client = _hello(user, "c")
+    _cq(client, "b", "value.qty > 5")
+    _cq(client, "a", "key = 'x'")
+    cache_services.region_clear(name="prices")
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [
+        (
+            "region_clear",
+            None,
+            [
+                {"name": "a", "cq_op": "region_clear"},
+                {"name": "b", "cq_op": "region_clear"},
+            ],
+        )
+    ]
+
+
+def test_changes_before_registration_are_not_judged(user, region):
+    client = _hello(user, "c")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    _cq(client, "big", "value.qty > 5")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [("update", "k", [{"name": "big", "cq_op": "update"}])]
+
+
+def test_conflation_never_removes_an_entered_or_left_event(user):
+    cache_services.region_create(name="prices", conflate_events=True)
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    for qty in (1, 2, 7, 8, 9, 3, 4):
+        cache_services.entry_put(region="prices", key="k", value={"qty": qty})
+    fanout.fanout_node("node-1")
+    ops = [row[2][0]["cq_op"] for row in _rows(client)]
+    # 7 entered and 3 left stay; 8 and 9 (update only) are conflated away
+    # by the updates after them; 1, 2 and 4 moved no CQ.
+    assert ops == ["create", "destroy"]
+
+
+def test_same_definition_is_idempotent_and_another_is_bad_field(user, region):
+    client = _hello(user, "c")
+    first = _cq(client, "big", "value.qty > 5")
+    again = _cq(client, "big", "SELECT * FROM /prices p WHERE p.qty > 5")
+    assert again.pk == first.pk
+    with pytest.raises(ValidationError):
+        _cq(client, "big", "value.qty > 6")
+
+
+def test_checks_come_in_order_bad_field_region_query(user, region):
+    client = _hello(user, "c")
+    with pytest.raises(ValidationError):
+        _cq(client, "bad name!", "nonsense (", region="missing")
+    with pytest.raises(Exception) as region_error:
+        _cq(client, "ok", "nonsense (", region="missing")
+    assert region_error.value.code == "no_such_region"
+    with pytest.raises(BadQueryError, match="line 1, column"):
+        _cq(client, "ok", "value.qty >")
+
+
+def test_non_durable_cq_ends_with_the_socket_and_a_durable_one_stays(user, region):
+    client = _hello(user, "c")
+    _cq(client, "kept", "value.qty > 5", durable=True)
+    _cq(client, "ends", "value.qty > 5")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [("create", "k", [{"name": "kept", "cq_op": "create"}])]
+    assert DurableClient.objects.get(pk=client.pk).cqs.count() == 1
+
+
+def test_closed_cq_is_named_by_no_later_event(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    assert services.cq_close(client=client, name="big") is True
+    assert services.cq_close(client=client, name="big") is False
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert _rows(client) == []
+
+
+def _size(client):
+    return queue_selectors.queue_size(client_id=client.id)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_closing_drains_what_only_that_cq_wanted(user, region):
+    client = connected_client(user, "c", keys=["kept"])
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _cq(client, "any", "value.qty > 0", durable=True)
+    cache_services.entry_put(region="prices", key="kept", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="only", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="small", value={"qty": 1})
+    fanout.fanout_node("node-1")
+    assert _size(client) == 3
+    services.client_disconnected(client_id=client.id, socket_id="c")  # away
+    services.cq_close(client=client, name="big")
+    services.cq_close(client=client, name="any")
+    # "kept" stays for the interest, without a cq list; the others go.
+    assert _rows(client) == [("create", "kept", None)]
+    assert _size(client) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_closing_one_cq_keeps_the_events_another_names(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    _cq(client, "any", "value.qty > 0")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    services.cq_close(client=client, name="big")
+    assert _rows(client) == [("create", "k", [{"name": "any", "cq_op": "create"}])]
+
+
+def test_region_destroy_reaches_its_cqs_and_closes_them(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.region_destroy(name="prices")
+    fanout.fanout_node("node-1")
+    assert _rows(client) == [
+        ("region_destroy", None, [{"name": "big", "cq_op": "region_destroy"}])
+    ]
+    assert not client.cqs.exists()
+    cache_services.region_create(name="prices")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert len(_rows(client)) == 1  # nothing names the closed CQ
+
+
+def test_expiry_and_close_without_keepalive_remove_every_cq(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    services.client_close(client_id=client.id, socket_id="c", keepalive=False)
+    assert not DurableClient.objects.filter(pk=client.pk).exists()
+    assert not ContinuousQuery.objects.exists()
+
+
+def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    head = queue_selectors.queue_head(client_id=client.id)
+    page = queue_selectors.queue_copy_page(
+        client_id=client.id, after=0, upto=head, limit=10
+    )
+    [copied] = page["entries"]
+    assert copied["cq"] == [{"name": "big", "cq_op": "create"}]
+    state = queue_selectors.queue_get(client_id=client.id)
+    assert copies._entry_from_copy(state, copied).cq == copied["cq"]
