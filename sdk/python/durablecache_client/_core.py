@@ -64,6 +64,10 @@ class ClientCore:
         self._regions: dict[str, Region] = {}
         self._registrations: dict[tuple[Any, ...], Registration] = {}
         self._cqs: dict[str, CqState] = {}
+        # Local predicates of the interests, built once per registration.
+        self._matchers: dict[
+            tuple[Any, ...], tuple[Registration, Callable[[str], bool] | None]
+        ] = {}
         self._ready_requested = False
         self._ids = itertools.count(1)
         self._url_index = 0

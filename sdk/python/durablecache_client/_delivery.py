@@ -152,10 +152,22 @@ class ClientDelivery(ClientRegions):
         if cq is None:
             logger.debug("ignoring the image of an unknown CQ: %.200r", frame)
             return
-        resync = pending is not None and pending.resync
+        # A re-registration no replay covers, or the server's own resync
+        # after a gap: the listener hears what changed.
+        resync = (pending is not None and pending.resync) or frame.get("resync") is True
         for entry in frame.get("entries") or []:
             key, version = entry.get("key"), entry.get("version")
             if not isinstance(key, str) or version is None:
+                continue
+            if entry.get("cq_op") == "destroy" or entry.get("destroyed") is True:
+                # A left marker or a tombstone: not in the result now.
+                if cq.apply_left(key, int(version)) and resync:
+                    base_op = "destroy" if entry.get("destroyed") else "update"
+                    left = CqEvent(
+                        cq.name, base_op, "destroy", cq.region, key, None,
+                        int(version), is_replay=False, is_resync=True,
+                    )  # fmt: skip
+                    self._tell_cq(session, cq, left)
                 continue
             keys.add(key)
             value = entry.get("value")

@@ -56,11 +56,17 @@ class ClientRegions(ClientRequests):
         A pattern only the server can read counts as covering: the client
         does not guess.
         """
-        for registration in self._registrations.values():
+        for handle, registration in self._registrations.items():
             frame = registration.frame
             if frame["type"] != "register_interest" or registration.region != region:
                 continue
-            matcher = selector_matcher(frame)
+            cached = self._matchers.get(handle)
+            if cached is None or cached[0] is not registration:
+                cached = self._matchers[handle] = (
+                    registration,
+                    selector_matcher(frame),
+                )
+            matcher = cached[1]
             if matcher is None or matcher(key):
                 return True
         return False
@@ -106,6 +112,7 @@ class ClientRegions(ClientRequests):
             await self._app_request(frame)
         finally:
             self._registrations.pop(interest_key(region.name, selector), None)
+            self._matchers.pop(interest_key(region.name, selector), None)
 
     async def _register_cq(
         self,

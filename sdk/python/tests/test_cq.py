@@ -420,3 +420,63 @@ async def test_register_cq_refuses_a_positional_durable_flag(fake_server, make_c
 
     with pytest.raises(TypeError):
         await client.region("r").register_cq("big", "value.n > 5", True)
+
+
+async def test_the_servers_resync_image_tells_the_listener_what_entered_and_left(
+    fake_server, make_client
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r")
+    cq_listener = CqRecorder()
+    await register_cq(
+        conn, region, "big", "value.n > 5", cq_listener, [("a", {"n": 9}, 1)]
+    )
+
+    await conn.send(
+        {
+            "type": "image",
+            "region": "r",
+            "cq": "big",
+            "resync": True,
+            "entries": [
+                {"key": "a", "version": 4, "cq_op": "destroy"},
+                {"key": "b", "value": {"n": 8}, "version": 5},
+                {"key": "never", "version": 6, "cq_op": "destroy"},
+            ],
+        }
+    )
+    calls = await cq_listener.wait_calls(2)
+
+    assert [(e.key, e.base_op, e.query_op, e.is_resync) for _, e in calls] == [
+        ("a", "update", "destroy", True),
+        ("b", "create", "create", True),
+    ]
+    assert region.cq_results("big") == {"b": ({"n": 8}, 5)}
+    assert len(region) == 0
+
+
+async def test_unregistering_an_interest_stops_it_covering_cq_events(
+    fake_server, make_client, run, recorder
+):
+    client = make_client()
+    _, conn = await fake_server.connect(client)
+    region = client.region("r", recorder)
+    await register_answered(conn, region.register_keys(["k"]))
+    await register_cq(conn, region, "big", "value.n > 5", CqRecorder())
+    cq = [{"name": "big", "cq_op": "create"}]
+    await conn.event("e1", 1, "k", "create", {"n": 9}, 1, cq=cq)
+    await conn.wait_ack(1)
+
+    async def script():
+        request = await conn.recv("unregister_interest")
+        await conn.send({"type": "interest_unregistered", "id": request["id"]})
+
+    await run(region.unregister_keys(["k"]), script)
+    await conn.event(
+        "e2", 2, "k", "update", {"n": 10}, 2, cq=[{"name": "big", "cq_op": "update"}]
+    )
+    await conn.wait_ack(2)
+
+    assert region.get_entry("k") == ({"n": 9}, 1)  # e2 was CQ-only
+    assert recorder.names() == ["after_create"]
