@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dc, failover, fanout, growth, mqtt
+from bench import cq_enqueue, dc, failover, fanout, growth, mqtt
 from bench.common import (
     Rest,
     daphne_process,
@@ -51,6 +51,7 @@ TARGETS = {
     "enqueue_wsput_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_seq": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_put_4w": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
+    "enqueue_putall_cq": ("100 CQs/one all-keys interest, same run", ">=", 0.5),
     "fanout_p99": ("durablecache p99 (REST PUTs)/mosquitto p99", "<=", 3.0),
     "fanout_ws_p99": ("durablecache p99 (put frames)/mosquitto p99", "<=", 3.0),
     "memory": ("durablecache/bare daphne per client", "<=", 1.5),
@@ -134,6 +135,8 @@ class Bench:
         # Idle sockets of the memory scenario whose close failed (a reset
         # instead of `closed`): counted and shown, not a crash of the run.
         self.close_failures: list[str] = []
+        # Why the CQ enqueue is not measured (a node without CQs), if so.
+        self.cq_skipped: str | None = None
 
     def start(self) -> None:
         self.ws_url, self.token, self.rest = first_node(self.cluster, REGION, "bench")
@@ -220,6 +223,9 @@ class Bench:
             asyncio.run(dc.replay(self.ws_url, self.token, f"{tag}-replay", a.replay)),
         )
         self.record("replay", "mosquitto", mqtt.replay(port, f"{tag}-replay", a.replay))
+        # 2a''. The putall enqueue into a client holding 100 CQs, against
+        # the same fill into one with an all-keys interest.
+        self.enqueue_cqs(tag)
         # 2b. Single puts: put frames on the websocket (pipelined, then one
         # at a time), then REST PUTs (an HTTP request each; one writer, four).
         one_node = {"node-1": self.rest}
@@ -280,6 +286,26 @@ class Bench:
             ),
         )  # fmt: skip
         self.record("fanout_ws", "mosquitto", mosquitto)
+
+    def enqueue_cqs(self, tag: str) -> None:
+        """bench.cq_enqueue, unless the node has shown it has no CQs."""
+        if self.cq_skipped is not None:
+            return
+        try:
+            rates = cq_enqueue.enqueue_cqs_vs_interest(
+                self.ws_url,
+                self.rest,
+                self.token,
+                REGION,
+                f"{tag}-cq",
+                self.args.replay,
+            )
+        except cq_enqueue.CqUnsupportedError as exc:
+            self.cq_skipped = str(exc)
+            out(f"  enqueue_putall_cq skipped: {exc}")
+            return
+        self.record("enqueue_putall_cq", "durablecache_cqs", rates["cqs"])
+        self.record("enqueue_putall_cq", "all_keys", rates["interest"])
 
     def _puts(self, window: int | None) -> list[int]:
         """How many single puts a scenario writes: more when pipelined."""
@@ -448,6 +474,9 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
         ),
         "enqueue_put_seq": f"enqueue {args.puts} REST PUTs, 1 writer ev/s",
         "enqueue_put_4w": f"enqueue {args.puts} REST PUTs, 4 writers ev/s",
+        "enqueue_putall_cq": (
+            f"enqueue putall {args.replay}, {cq_enqueue.CQS} CQs | all-keys ev/s"
+        ),
         "memory": f"memory/idle client, {args.idle} clients (KiB)",
     }
     for scenario, label in labels.items():
@@ -604,6 +633,8 @@ def extra_rows(result: dict[str, Any]) -> list[str]:
             f"memory scenario: {len(failed)} idle socket(s) got no `closed` to their "
             f"close (first: {failed[0]})"
         )
+    if "enqueue_putall_cq_skipped" in result:
+        lines.append(f"CQ enqueue not measured: {result['enqueue_putall_cq_skipped']}")
     if "failover_error" in result:
         lines.append(f"failover not measured: {result['failover_error']}")
     if "failover" in result:
@@ -705,6 +736,8 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     if bench.close_failures:
         extra["memory_close_failures"] = bench.close_failures
+    if bench.cq_skipped is not None:
+        extra["enqueue_putall_cq_skipped"] = bench.cq_skipped
     result = {**figures(bench.raw), **extra}
     wall = time.monotonic() - began
     lines = table(result, args) + extra_rows(result)

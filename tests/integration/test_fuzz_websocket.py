@@ -20,11 +20,10 @@ size limit, and bursts of bad frames. After every frame a barrier frame
   without a close frame only after a text frame that is not UTF-8;
 * a witness, another user's durable client subscribed to the region the
   fuzzer writes into, receives every write made meanwhile through REST;
+* a ``register_cq`` frame left whole is answered by ``bad_query``,
+  ``bad_field`` or ``no_such_region`` — or, for a query of ``CQ_VALID``,
+  by image chunks naming the CQ then ``cq_registered``;
 * the node logs no traceback and still answers.
-
-Continuous queries are not implemented yet (``register_cq`` answers
-``bad_query``); their query strings come from ``CQ_QUERIES``, the corpus
-to grow when they are.
 """
 
 import json
@@ -36,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from clients.cq import QueryError, compile_query
 from tests.integration.harness import Cluster, create_region
 from tests.integration.rawws import BINARY, CONTINUATION, TEXT, Closed, RawSocket
 
@@ -70,27 +70,87 @@ TYPES = [
     "ack",
     "close",
 ]
-# Query strings for register_cq (docs/cq.md): valid ones, each refusal
-# the language names, and hostile text. Extend it when CQs exist.
-CQ_QUERIES = [
+# Query strings for register_cq (docs/protocol.md, continuous queries;
+# docs/cq.md): CQ_VALID the language accepts (at its limits, and hostile
+# text it reads as data: code in string literals, regex bombs as LIKE
+# patterns, unicode); CQ_HOSTILE it refuses, each limit one past, things
+# that look like code, quotes gone wrong. A register_cq frame left whole is
+# answered by exactly one of CQ_REFUSALS, or (a valid query, once the node
+# has CQs) by its image and cq_registered.
+NEST = 32  # the nesting limit
+CQ_VALID = [
     "key = 'a'",
     "value.price > 10 AND key LIKE 'E%'",
     f"SELECT * FROM /{REGION} p WHERE p.qty >= 1",
     "value['a b'] IN (1, 2, 'x') OR NOT (value IS NULL)",
     "value[0] <> 1.5e3",
+    "(" * NEST + "key = 'a'" + ")" * NEST,
+    "NOT " * NEST + "key = 'a'",
+    "key IN (" + ", ".join(str(n) for n in range(64)) + ")",
+    " OR ".join(f"key = '{n}'" for n in range(64)),
+    "value" + ".a" * 16 + " = 1",
+    "key = '" + "x" * 512 + "'",
+    "key = '" + "''" * 512 + "'",
+    "value.名前 = 'é€😀' AND key <> '\u2028'",
+    "key = 'it''s' OR key = ''''",
+    "value.__class__ = 1 OR value['__import__'] IS NOT NULL",
+    "key = '__import__(''os'').system(''id'')'",
+    "key = '; DROP TABLE x; --'",
+    "key = '$(rm -rf /)' OR key = '`id`' OR key = '{{7*7}}'",
+    "key LIKE '" + "%a" * 40 + "%b'",
+    "value.s LIKE '" + "%_" * 250 + "'",
+    "key LIKE '(a+)+$' OR key NOT LIKE '\\%\\_\\\\'",
+    "select * from /fz WHERE TRUE",
+]
+CQ_HOSTILE = [
     "SELECT DISTINCT * FROM /fz",
     "SELECT * FROM /other WHERE key = 'a'",
     "key = ",
-    "(" * 40 + "key = 'a'" + ")" * 40,
-    " OR ".join(f"key = '{n}'" for n in range(70)),
-    "key IN (" + ", ".join(str(n) for n in range(70)) + ")",
-    "value" + ".a" * 20 + " = 1",
-    "key = '" + "x" * 600 + "'",
-    "x" * 5000,
-    "key = '\x00'",
-    "key = '\ud800'",
     "",
+    "(" * (NEST + 1) + "key = 'a'" + ")" * (NEST + 1),
+    "NOT " * (NEST + 1) + "key = 'a'",
+    "(" * 5000,
+    " OR ".join(f"key = '{n}'" for n in range(65)),
+    "key IN (" + ", ".join(str(n) for n in range(65)) + ")",
+    "key IN (" + ",".join("1" for n in range(2000)) + ")",
+    "value" + ".a" * 17 + " = 1",
+    "key = '" + "x" * 513 + "'",
+    "key = 'a' OR " * 400 + "key = 'b'",
+    "x" * 5000,
+    " " * 4090 + "key = 'a'",
+    "key = \u2019a\u2019",  # curly quotes
+    "key\u200b = 'a'",
+    "key = 'it's'",
+    "key = '''",
+    'key = "a"',
+    "__import__('os')",
+    "__import__('os').system('id')",
+    "value.__class__.__bases__[0].__subclasses__()",
+    "key = 'a'; DROP TABLE clients_client",
+    "$(rm -rf /)",
+    "key = `id`",
+    "key = 'a' -- comment",
+    "key = 'a' /* c */",
+    "value.a = ?",
+    "value.a = :x",
+    "key LIKE 'x\\'",
+    "key LIKE value.s",
+    "length(key) > 3",
+    "SELECT * FROM /fz WHERE key = 'a' ORDER BY key",
+    "SELECT key FROM /fz WHERE true",
+    "SELECT COUNT(*) FROM /fz WHERE true",
+    "SELECT * FROM /fz a, /fz b WHERE true",
+    "value[-1] = 1",
+    "value.0 = 1",
+    "value.a = 07",
+    "value.a = 1e999",
+    "5",
+    "value.a IN ()",
 ]
+# Refused by the door's field check (U+0000, a lone surrogate), not the parser.
+CQ_DOOR_REFUSED = ["key = '\x00'", "key = '\ud800'"]
+CQ_QUERIES = CQ_VALID + CQ_HOSTILE + CQ_DOOR_REFUSED
+CQ_REFUSALS = {"bad_query", "bad_field", "no_such_region"}
 BAD_REGEXES = [
     "(",
     "a{1001}",
@@ -162,6 +222,8 @@ class Frame:
     not_utf8: bool = False
     oversized: bool = False
     names_witness: bool = False  # a hello with the witness's durable id
+    # A register_cq left whole: its name, and whether its query is valid.
+    cq: tuple[str, bool] | None = None
 
     def __post_init__(self) -> None:
         self.oversized = self.oversized or len(self.payload) > LIMIT
@@ -171,6 +233,7 @@ class Generator:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.count = 0
+        self.mutated = False  # whether the last structured() spoiled its frame
 
     # --- pieces ---------------------------------------------------------------
 
@@ -300,7 +363,8 @@ class Generator:
             body = {"id": sent_id, **body}
         else:
             expected = None  # an explicit null id: none to echo
-        if rng.random() < 0.6:
+        self.mutated = rng.random() < 0.6
+        if self.mutated:
             for _ in range(rng.randrange(1, 4)):
                 self.mutate(body)
         return body, expected
@@ -312,11 +376,13 @@ class Generator:
         body, expected = self.structured()
         text, is_json = dump(body)
         names_witness = body.get("durable_id") == WITNESS_ID
+        whole_cq = is_json and not self.mutated and body["type"] == "register_cq"
         frame = Frame(
             text.encode("ascii"),
             expected_id=expected if is_json else None,
             frame_type=body.get("type") if is_json else None,
             names_witness=names_witness,
+            cq=(body["name"], body["query"] in CQ_VALID) if whole_cq else None,
         )
         if roll < 0.70:
             return frame
@@ -414,6 +480,7 @@ class Fuzz:
         self.sent = 0
         self.closes: dict[Any, int] = {}
         self.answers: dict[str, int] = {}  # by type, errors by code
+        self.cq_outcomes: dict[str, int] = {}  # whole register_cq frames
         self.barriers = 0
 
     def read(self) -> dict[str, Any]:
@@ -567,6 +634,31 @@ class Fuzz:
             # Answered by nothing of its own: a successful ack or ready.
             assert frame.frame_type in ("ack", "ready"), (frame, replies)
             assert not errors, (frame, replies)
+        if frame.cq is not None:
+            own = [r for r in replies if r.get("id") == frame.expected_id]
+            self._judge_cq(frame, frame.cq, own)
+
+    def _judge_cq(
+        self, frame: Frame, cq: tuple[str, bool], own: list[dict[str, Any]]
+    ) -> None:
+        """A whole register_cq: refused with one of CQ_REFUSALS, or (a valid
+        query) registered: image chunks of that CQ, then cq_registered."""
+        name, valid = cq
+        if own and own[-1]["type"] == "error":
+            assert len(own) == 1, (frame, own)
+            assert own[0]["code"] in CQ_REFUSALS, (frame, own)
+            self.cq_outcomes[own[0]["code"]] = (
+                self.cq_outcomes.get(own[0]["code"], 0) + 1
+            )
+            return
+        assert valid, ("a refused query was registered", frame, own)
+        assert own, frame
+        assert own[-1]["type"] == "cq_registered", (frame, own)
+        assert own[-1]["name"] == name, (frame, own)
+        chunks = own[:-1]
+        assert all(r["type"] == "image" and r.get("cq") == name for r in chunks), own
+        assert own[-1]["count"] == sum(len(r["entries"]) for r in chunks), own
+        self.cq_outcomes["cq_registered"] = self.cq_outcomes.get("cq_registered", 0) + 1
 
     def burst(self) -> None:
         """Ten bad frames in a row and more: ten errors, then 4400."""
@@ -630,10 +722,22 @@ def test_fuzzed_frames_keep_the_contract(node):
     elapsed = time.monotonic() - started
     print(  # noqa: T201 (the run's summary, shown with -s)
         f"\nws fuzz: seed {SEED}, {fuzz.sent} frames, {writes} witnessed writes,"
-        f" closes {fuzz.closes}, answers {fuzz.answers}, {elapsed:.1f} s"
+        f" closes {fuzz.closes}, answers {fuzz.answers},"
+        f" whole register_cq {fuzz.cq_outcomes}, {elapsed:.1f} s"
     )
+    assert sum(fuzz.cq_outcomes.values()) > 0  # the CQ oracle judged some
     assert writes >= FRAMES // WRITE_EVERY
     status, _ = node.rest("GET", "/api/v1/nodes/", node.operator)
     assert status == 200
     log = (node.workdir / "node-1.log").read_text(errors="replace")
     assert "Traceback" not in log, node.log_tail("node-1", 80)
+
+
+def test_cq_corpus_is_labelled_as_the_query_language_reads_it():
+    """CQ_VALID compiles and CQ_HOSTILE does not (CQ_DOOR_REFUSED is refused
+    before the parser): the oracle's labels are the language's."""
+    for query in CQ_VALID:
+        compile_query(query, region=REGION)
+    for query in CQ_HOSTILE:
+        with pytest.raises(QueryError):
+            compile_query(query, region=REGION)

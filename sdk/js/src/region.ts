@@ -134,15 +134,18 @@ export class Region {
 
   /**
    * Register the continuous query `name` on this region; resolve with the
-   * number of entries in its initial result (see `cqResults`).
+   * number of entries in its initial result (see `cqResults`). The
+   * listener may carry the options too: `registerCq(name, query,
+   * {durable: true, onEvent})`.
    */
   registerCq(
     name: string,
     query: string,
-    listener: CqListener,
+    listener: CqListener & CqOptions,
     options: CqOptions = {},
   ): Promise<number> {
-    return this.host.registerCq(this, name, query, listener, options);
+    const durable = options.durable ?? listener.durable;
+    return this.host.registerCq(this, name, query, listener, { durable });
   }
 
   closeCq(name: string): Promise<void> {

@@ -143,3 +143,80 @@ test("a CQ the server refuses again after a reconnect goes to onError", async ()
   assert.equal(cq.errors.length, 1);
   assert.match(String(cq.errors[0]), /no_such_region/);
 });
+
+test("registerCq takes the options with the listener: {durable, onEvent}", async () => {
+  const made = makeClient({ durableId: "app-1" });
+  void made.client.connect();
+  const socket = await accept(made.net);
+  const seen: string[] = [];
+  const registering = made.client
+    .region("prices")
+    .registerCq("dear", "value.amount > 100", {
+      durable: true,
+      onEvent: (e) => seen.push(`${e.key} ${e.queryOp}`),
+    });
+  await flush();
+  socket.reply("register_cq", { type: "cq_registered", name: "dear", count: 0 });
+  await registering;
+  await made.client.readyForEvents();
+  socket.receive(
+    event(1, "b", "create", { amount: 200 }, 1, { cq: [{ name: "dear", cq_op: "create" }] }),
+  );
+  await flush();
+  assert.equal(socket.last("register_cq")["durable"], true);
+  assert.deepEqual(seen, ["b create"]);
+});
+
+test("a durable CQ is sent again after a reconnect, silently when the queue was kept", async () => {
+  const { socket, prices, cq, clock, net } = await withCq();
+  socket.drop();
+  await clock.advance(100);
+  const next = await accept(net, { pending_events: 1 });
+  await flush();
+  const { id: _id, ...frame } = next.last("register_cq");
+  assert.deepEqual(frame, {
+    type: "register_cq",
+    name: "dear",
+    region: "prices",
+    query: "value.amount > 100",
+    durable: true,
+  });
+  next.reply("register_cq", {
+    type: "image",
+    region: "prices",
+    cq: "dear",
+    entries: [{ key: "a", value: { amount: 150 }, version: 3 }],
+  });
+  next.reply("register_cq", { type: "cq_registered", name: "dear", count: 1 });
+  await flush();
+  next.receive(
+    event(1, "a", "update", { amount: 160 }, 4, {
+      replay: true,
+      cq: [{ name: "dear", cq_op: "update" }],
+    }),
+  );
+  await flush();
+  assert.deepEqual(cq.ops, ["dear a update/update"], "the image told nothing; the replay did");
+  assert.deepEqual(prices.cqResults("dear")?.get("a"), { value: { amount: 160 }, version: 4 });
+  assert.equal(prices.size, 0);
+});
+
+test("a CQ whose queue was lost hears from the fresh image what entered and left", async () => {
+  const { socket, prices, cq, clock, net } = await withCq();
+  socket.drop();
+  await clock.advance(100);
+  const next = await accept(net, { pending_events: -1 });
+  await flush();
+  next.reply("register_cq", {
+    type: "image",
+    region: "prices",
+    cq: "dear",
+    entries: [{ key: "c", value: { amount: 300 }, version: 7 }],
+  });
+  next.reply("register_cq", { type: "cq_registered", name: "dear", count: 1 });
+  await flush();
+  assert.deepEqual(cq.ops.sort(), ["dear a update/destroy", "dear c create/create"]);
+  assert.ok(cq.events.every((e) => e.isResync));
+  assert.deepEqual([...(prices.cqResults("dear")?.keys() ?? [])], ["c"]);
+  assert.equal(prices.size, 0);
+});

@@ -5,13 +5,21 @@ Usage and behaviour: sdk/python/README.md; protocol: docs/protocol.md.
 
 from .client import AsyncDurableClient
 from .errors import (
+    BadFieldError,
+    BadQueryError,
+    BadRegexError,
     ClientClosedError,
     ConnectFailedError,
     DurableCacheError,
     FatalConnectionError,
+    NoSuchRegionError,
+    NotReadyError,
+    SinceTooOldError,
 )
 from .events import (
     CacheListener,
+    CqEvent,
+    CqListener,
     EntryEvent,
     Marker,
     RegionLiveEvent,
@@ -25,16 +33,24 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncDurableClient",
+    "BadFieldError",
+    "BadQueryError",
+    "BadRegexError",
     "CacheListener",
     "ClientClosedError",
     "ConnectFailedError",
+    "CqEvent",
+    "CqListener",
     "DurableCacheError",
     "DurableClient",
     "EntryEvent",
     "FatalConnectionError",
     "Marker",
+    "NoSuchRegionError",
+    "NotReadyError",
     "Region",
     "RegionLiveEvent",
+    "SinceTooOldError",
     "SyncRegion",
     "Welcome",
     "Written",

@@ -29,6 +29,7 @@ from .errors import ClientClosedError
 from .events import Marker, Welcome
 
 if TYPE_CHECKING:
+    from ._cq import CqState
     from .region import Region
 
 logger = logging.getLogger("durablecache_client")
@@ -62,6 +63,11 @@ class ClientCore:
     def __init__(self) -> None:
         self._regions: dict[str, Region] = {}
         self._registrations: dict[tuple[Any, ...], Registration] = {}
+        self._cqs: dict[str, CqState] = {}
+        # Local predicates of the interests, built once per registration.
+        self._matchers: dict[
+            tuple[Any, ...], tuple[Registration, Callable[[str], bool] | None]
+        ] = {}
         self._ready_requested = False
         self._ids = itertools.count(1)
         self._url_index = 0

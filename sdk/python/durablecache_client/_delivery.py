@@ -17,11 +17,13 @@ from websockets.exceptions import ConnectionClosed
 
 from ._core import Callback, invoke, logger
 from ._regions import ClientRegions
-from ._session import Session
-from .errors import DurableCacheError
+from ._session import Pending, Session
+from .errors import error_from_frame
 from .events import (
+    CQ_OPS,
     LISTENER_METHODS,
     CacheListener,
+    CqEvent,
     EntryEvent,
     Marker,
     RegionLiveEvent,
@@ -87,6 +89,16 @@ class ClientDelivery(ClientRegions):
             self._apply_image(session, frame)
         elif kind == "error":
             await self._error_frame(session, frame)
+        elif kind == "cq_closed" and str(frame.get("id")) not in session.pending:
+            # Unsolicited: an operator closed the CQ. In order with the
+            # events: the ones before it still name the CQ.
+            name = frame.get("name")
+            if isinstance(name, str):
+
+                async def end() -> None:
+                    await self._end_cq(name)
+
+                self._later(session, end)
         elif kind in REPLY_TYPES:
             _reply_frame(session, kind, frame)
         else:
@@ -94,7 +106,7 @@ class ClientDelivery(ClientRegions):
 
     async def _error_frame(self, session: Session, frame: dict[str, Any]) -> None:
         pending = session.pending.get(str(frame.get("id")))
-        exc = DurableCacheError(str(frame.get("code")), str(frame.get("message", "")))
+        exc = error_from_frame(str(frame.get("code")), str(frame.get("message", "")))
         if pending is not None and not pending.future.done():
             pending.future.set_exception(exc)
         else:
@@ -111,6 +123,9 @@ class ClientDelivery(ClientRegions):
             return
         region = self.region(str(name))
         keys = pending.image_keys if pending is not None else set()
+        if frame.get("cq") is not None or (pending is not None and pending.cq):
+            self._apply_cq_image(session, pending, frame, keys)
+            return
         for entry in frame.get("entries") or []:
             key = entry.get("key")
             if key is None:
@@ -122,6 +137,47 @@ class ClientDelivery(ClientRegions):
         for key in frame.get("keys") or []:
             keys.add(key)
             region._apply_image_key(key)
+
+    def _apply_cq_image(
+        self,
+        session: Session,
+        pending: Pending | None,
+        frame: dict[str, Any],
+        keys: set[str],
+    ) -> None:
+        """Put a CQ's image in its result set, never in the region's cache."""
+        cq = pending.cq if pending is not None else None
+        if cq is None:
+            cq = self._cqs.get(str(frame.get("cq")))
+        if cq is None:
+            logger.debug("ignoring the image of an unknown CQ: %.200r", frame)
+            return
+        # A re-registration no replay covers, or the server's own resync
+        # after a gap: the listener hears what changed.
+        resync = (pending is not None and pending.resync) or frame.get("resync") is True
+        for entry in frame.get("entries") or []:
+            key, version = entry.get("key"), entry.get("version")
+            if not isinstance(key, str) or version is None:
+                continue
+            if entry.get("cq_op") == "destroy" or entry.get("destroyed") is True:
+                # A left marker or a tombstone: not in the result now.
+                if cq.apply_left(key, int(version)) and resync:
+                    base_op = "destroy" if entry.get("destroyed") else "update"
+                    left = CqEvent(
+                        cq.name, base_op, "destroy", cq.region, key, None,
+                        int(version), is_replay=False, is_resync=True,
+                    )  # fmt: skip
+                    self._tell_cq(session, cq, left)
+                continue
+            keys.add(key)
+            value = entry.get("value")
+            op = cq.apply_member(key, value, int(version))
+            if resync and op is not None:
+                event = CqEvent(
+                    cq.name, op, op, cq.region, key, value, int(version),
+                    is_replay=False, is_resync=True,
+                )  # fmt: skip
+                self._tell_cq(session, cq, event)
 
     async def _dispatch_loop(self) -> None:
         """Deliver events and markers in order, off the socket reader.
@@ -136,7 +192,9 @@ class ClientDelivery(ClientRegions):
                 continue
             try:
                 if kind == "event":
-                    await self._deliver_event(item)
+                    await self._deliver_event(session, item)
+                elif kind == "call":
+                    await item()
                 else:
                     await self._deliver_marker(session, item)
             except Exception:
@@ -150,18 +208,42 @@ class ClientDelivery(ClientRegions):
                     session.ack_high = item.seq
                 self._dispatch_queue.task_done()
 
-    async def _deliver_event(self, event: EntryEvent) -> None:
+    async def _deliver_event(self, session: Session, event: EntryEvent) -> None:
         if self._seen.check_and_add(event.id):
             self.duplicates_dropped += 1
             logger.debug("dropping duplicate event %s", event.id)
             return
         region = self.region(event.region)
-        region._apply_event(event)
-        listener = region.listener or self.default_listener
-        method_name = LISTENER_METHODS.get(event.op)
-        if listener is None or method_name is None:
+        # As in Geode, a CQ's events do not touch the region's cache: an
+        # event naming CQs does only when an interest of the client covers
+        # its key (a region op always does).
+        if (
+            event.key is None
+            or not event.cq
+            or self._interest_covers(region.name, event.key)
+        ):
+            region._apply_event(event)
+            listener = region.listener or self.default_listener
+            method_name = LISTENER_METHODS.get(event.op)
+            if listener is not None and method_name is not None:
+                await invoke(getattr(listener, method_name, None), event)
+        for match in event.cq or []:
+            await self._deliver_cq_match(event, match)
+
+    async def _deliver_cq_match(self, event: EntryEvent, match: Any) -> None:
+        """Hand one `{name, cq_op}` of an event to that CQ's listener."""
+        if not isinstance(match, dict):
             return
-        await invoke(getattr(listener, method_name, None), event)
+        name, cq_op = match.get("name"), match.get("cq_op")
+        cq = self._cqs.get(name) if isinstance(name, str) else None
+        if cq is None or cq_op not in CQ_OPS:
+            return  # closed here meanwhile, or an op this client does not know
+        cq.apply_event(event, cq_op)
+        if cq.listener is not None:
+            on_event = getattr(cq.listener, "on_event", None)
+            await invoke(on_event, CqEvent.of(event, cq.name, cq_op))
+        if cq_op == "region_destroy":
+            await self._end_cq(cq.name)  # the server closed it: no cq_closed
 
     async def _deliver_marker(self, session: Session, marker: Marker) -> None:
         session.marker = marker

@@ -17,6 +17,7 @@ from ._session import Pending, Session, SessionLostError
 from .errors import DurableCacheError
 
 if TYPE_CHECKING:
+    from ._cq import CqState
     from .region import Region
 
 
@@ -24,7 +25,10 @@ class ClientRequests(ClientCore):
     _request_timeout: float
 
     async def _app_request(
-        self, frame: dict[str, Any], region: Region | None = None
+        self,
+        frame: dict[str, Any],
+        region: Region | None = None,
+        cq: CqState | None = None,
     ) -> dict[str, Any]:
         """Send a request on the live session, retrying on the next one if lost."""
         self._check_open()
@@ -32,7 +36,7 @@ class ClientRequests(ClientCore):
             while True:
                 session = await self._wait_session()
                 try:
-                    return await self._request_on(session, dict(frame), region)
+                    return await self._request_on(session, dict(frame), region, cq=cq)
                 except SessionLostError:
                     # send() on a closed socket fails without yielding: wait
                     # for the reader to see the close, or this loop would spin
@@ -45,18 +49,21 @@ class ClientRequests(ClientCore):
         frame: dict[str, Any],
         region: Region | None = None,
         limit: float | None = None,
+        *,
+        cq: CqState | None = None,
+        resync: bool = False,
     ) -> dict[str, Any]:
         """Send one request on `session` and return its reply frame.
 
         The reply of register requests carries the collected image keys under
-        the private key `_image_keys`.
+        the private key `_image_keys`. `cq` and `resync`: see `Pending`.
         """
         request_id = f"r{next(self._ids)}"
         frame["id"] = request_id
         future: asyncio.Future[dict[str, Any]] = (
             asyncio.get_running_loop().create_future()
         )
-        pending = Pending(frame["type"], region, future)
+        pending = Pending(frame["type"], region, future, cq=cq, resync=resync)
         session.pending[request_id] = pending
         try:
             if session.closed_event.is_set():

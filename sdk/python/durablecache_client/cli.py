@@ -2,9 +2,10 @@
 
 Prints one JSON line on stdout for everything the subscriber learns: the
 node it connected to (`"type": "connected"`, then `"reconnected"` after
-each reconnect or failover), the image of its interest (`"image"`), every
-event (`"event"`) and the replay marker (`"marker"`). Ctrl-C (or SIGTERM)
-closes the client.
+each reconnect or failover), the image of its interest and the initial
+result of each `--cq` (`"image"`), every event (`"event"`, with its `cq`
+list when it concerns CQs) and the replay marker (`"marker"`). Ctrl-C (or
+SIGTERM) closes the client.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, TextIO
 
 from .client import AsyncDurableClient
 from .errors import DurableCacheError
-from .events import CacheListener, EntryEvent, Marker, Welcome
+from .events import CacheListener, CqEvent, CqListener, EntryEvent, Marker, Welcome
 from .region import Region
 
 
@@ -48,14 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--conflate", choices=("server", "true", "false"), default="server"
     )
     sub.add_argument("--region", required=True)
-    selector = sub.add_mutually_exclusive_group(required=True)
+    selector = sub.add_mutually_exclusive_group()
     selector.add_argument("--keys", help="comma-separated keys")
     selector.add_argument("--regex", help="regex matched against whole keys")
     selector.add_argument("--all-keys", action="store_true")
     sub.add_argument(
+        "--cq",
+        action="append",
+        default=[],
+        type=_cq_argument,
+        metavar="NAME=QUERY",
+        help="a continuous query on --region (repeat for several)",
+    )
+    sub.add_argument(
         "--policy", choices=("keys_values", "keys", "none"), default="keys_values"
     )
-    sub.add_argument("--durable", action="store_true", help="durable interest")
+    sub.add_argument("--durable", action="store_true", help="durable interest and CQs")
     sub.add_argument(
         "--keepalive", action="store_true", help="close with keepalive on Ctrl-C"
     )
@@ -63,18 +72,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _JsonLinePrinter(CacheListener):
-    """Write every event, and markers, as JSON lines."""
+def _cq_argument(text: str) -> tuple[str, str]:
+    """Parse `NAME=QUERY` (the query may hold `=` too)."""
+    name, sep, query = text.partition("=")
+    if not sep or not name or not query:
+        raise argparse.ArgumentTypeError(f"expected NAME=QUERY, got {text!r}")
+    return name, query
+
+
+class _JsonLinePrinter(CacheListener, CqListener):
+    """Write every event, and markers, as JSON lines.
+
+    As the region's listener and every CQ's, it prints a delivered event
+    once, whichever of them hear it (an interest and two CQs may all
+    name one event); the event's `cq` list says which CQs it concerns.
+    """
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self._last_id: str | None = None
 
     def emit(self, data: dict[str, Any]) -> None:
         self.out.write(json.dumps(data) + "\n")
         self.out.flush()
 
     def event(self, event: EntryEvent) -> None:
+        if event.id == self._last_id:
+            return  # already printed for another listener
+        self._last_id = event.id
         self.emit({"type": "event", **event.to_json_dict()})
+
+    def on_event(self, event: CqEvent) -> None:
+        if event.entry is not None:
+            self.event(event.entry)
+        else:  # a resync after a reconnect no replay covered
+            self.emit({"type": "event", **event.to_json_dict()})
+
+    def on_close(self) -> None:
+        pass
+
+    def cq_image(self, region: Region, name: str, count: int) -> None:
+        """The initial result of the CQ `name`."""
+        results = sorted((region.cq_results(name) or {}).items())
+        self.emit(
+            {
+                "type": "image",
+                "region": region.name,
+                "cq": name,
+                "count": count,
+                "entries": [
+                    {"key": key, "value": value, "version": version}
+                    for key, (value, version) in results
+                ],
+            }
+        )
 
     def welcome(self, welcome: Welcome, *, reconnect: bool) -> None:
         data: dict[str, Any] = {
@@ -142,8 +193,13 @@ async def subscribe(
     )
     try:
         printer.welcome(await client.connect(), reconnect=False)
+        region = client.region(args.region)
         count = await _register(client, args)
-        printer.image(client.region(args.region), count, args.policy)
+        if count is not None:
+            printer.image(region, count, args.policy)
+        for name, query in args.cq:
+            count = await region.register_cq(name, query, printer, durable=args.durable)
+            printer.cq_image(region, name, count)
         await client.ready_for_events()
         stopped = asyncio.ensure_future(stop.wait())
         ended = asyncio.ensure_future(client.wait_closed())
@@ -161,8 +217,9 @@ async def subscribe(
         return 1
 
 
-async def _register(client: AsyncDurableClient, args: argparse.Namespace) -> int:
-    """Register the interest the arguments name; return the image count."""
+async def _register(client: AsyncDurableClient, args: argparse.Namespace) -> int | None:
+    """Register the interest the arguments name; return the image count
+    (None when they name none)."""
     region = client.region(args.region)
     options = {"durable": args.durable, "policy": args.policy}
     if args.keys is not None:
@@ -170,7 +227,9 @@ async def _register(client: AsyncDurableClient, args: argparse.Namespace) -> int
         return await region.register_keys(keys, **options)
     if args.regex is not None:
         return await region.register_regex(args.regex, **options)
-    return await region.register_all_keys(**options)
+    if args.all_keys:
+        return await region.register_all_keys(**options)
+    return None
 
 
 async def _main_subscribe(args: argparse.Namespace) -> int:
@@ -191,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--token (or DURABLECACHE_TOKEN) is required")
     if args.durable and not args.durable_id:
         build_parser().error("--durable needs --durable-id")
+    if args.keys is None and args.regex is None and not args.all_keys and not args.cq:
+        build_parser().error("give --keys, --regex, --all-keys or --cq")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr
     )

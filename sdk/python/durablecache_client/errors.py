@@ -20,6 +20,49 @@ class DurableCacheError(Exception):
         self.message = message
 
 
+class BadFieldError(DurableCacheError):
+    """`bad_field`: a field of the request is missing or invalid (for a CQ:
+    its name, a `durable` the client cannot hold, or the same name with
+    another definition)."""
+
+
+class NoSuchRegionError(DurableCacheError):
+    """`no_such_region`: the request names a region the server does not have."""
+
+
+class BadRegexError(DurableCacheError):
+    """`bad_regex`: an interest's pattern the server will not evaluate."""
+
+
+class BadQueryError(DurableCacheError):
+    """`bad_query`: a CQ's query the server refuses; `message` says where
+    (`line L, column C: reason`)."""
+
+
+class NotReadyError(DurableCacheError):
+    """`not_ready`: the request needs `ready` first."""
+
+
+class SinceTooOldError(DurableCacheError):
+    """`since_too_old`: the server no longer knows the changes since that seq."""
+
+
+#: The exception class of each error code; other codes are DurableCacheError.
+ERROR_CLASSES: dict[str, type[DurableCacheError]] = {
+    "bad_field": BadFieldError,
+    "no_such_region": NoSuchRegionError,
+    "bad_regex": BadRegexError,
+    "bad_query": BadQueryError,
+    "not_ready": NotReadyError,
+    "since_too_old": SinceTooOldError,
+}
+
+
+def error_from_frame(code: str, message: str) -> DurableCacheError:
+    """Return the exception for an `error` frame's `code` and `message`."""
+    return ERROR_CLASSES.get(code, DurableCacheError)(code, message)
+
+
 class FatalConnectionError(DurableCacheError):
     """The server refused this client in a way a reconnect cannot fix.
 

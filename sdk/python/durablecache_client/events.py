@@ -14,6 +14,7 @@ from typing import Any
 
 ENTRY_OPS = ("create", "update", "destroy", "invalidate")
 REGION_OPS = ("region_clear", "region_destroy")
+CQ_OPS = ("create", "update", "destroy", "region_clear", "region_destroy")
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,68 @@ class EntryEvent:
 
 
 @dataclass(frozen=True)
+class CqEvent:
+    """A change as one continuous query sees it (Geode's `CqEvent`).
+
+    `base_op` is the entry's op (`create`, `update`, `destroy`,
+    `invalidate`, `region_clear`, `region_destroy`); `query_op` is the
+    frame's `cq_op` for this CQ: `create` (the entry entered the result),
+    `update` (changed, still in), `destroy` (left), `region_clear` or
+    `region_destroy`. `entry` is the delivered event (whose `cq` names every
+    CQ of the client the change concerns); it is None for an event the
+    client made itself from a fresh image after a reconnect that no replay
+    covers (`is_resync` true): a key that entered, changed or left the
+    result while the client was away.
+    """
+
+    cq_name: str
+    base_op: str
+    query_op: str
+    region: str
+    key: str | None
+    value: Any
+    version: int | None
+    is_replay: bool
+    is_resync: bool = False
+    entry: EntryEvent | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, entry: EntryEvent, name: str, query_op: str) -> CqEvent:
+        """The CQ `name`'s view of a delivered event."""
+        return cls(
+            cq_name=name,
+            base_op=entry.op,
+            query_op=query_op,
+            region=entry.region,
+            key=entry.key,
+            value=entry.value,
+            version=entry.version,
+            is_replay=entry.is_replay,
+            entry=entry,
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the event as the protocol names its fields; a resync event
+        (no delivered event behind it) says `resync: true` and lists this CQ
+        alone in `cq`."""
+        if self.entry is not None:
+            return self.entry.to_json_dict()
+        return {
+            "id": None,
+            "seq": None,
+            "region": self.region,
+            "key": self.key,
+            "op": self.base_op,
+            "value": self.value,
+            "version": self.version,
+            "ts": None,
+            "replay": self.is_replay,
+            "resync": True,
+            "cq": [{"name": self.cq_name, "cq_op": self.query_op}],
+        }
+
+
+@dataclass(frozen=True)
 class RegionLiveEvent:
     """Passed to `after_region_live`: the replay of `region` is over."""
 
@@ -189,6 +252,28 @@ class CacheListener:
 
     def after_region_live(self, event: RegionLiveEvent) -> Any:
         """Handle the end of the replay for this region (once per `marker`)."""
+
+
+class CqListener:
+    """Receive the events of one continuous query (Geode's `CqListener`).
+
+    Methods may be plain functions or coroutines; they run like a
+    `CacheListener`'s (on the client's event loop, one at a time, in
+    delivery order; an exception is logged and delivery goes on).
+    """
+
+    def on_event(self, event: CqEvent) -> Any:
+        """Handle a change of the CQ's result (see `CqEvent.query_op`)."""
+
+    def on_error(self, error: Exception) -> Any:
+        """The server refused the CQ when the client sent it again after a
+        reconnect (a `DurableCacheError`, e.g. `no_such_region`). The CQ
+        stays registered on the client and is sent again on the next
+        session."""
+
+    def on_close(self) -> Any:
+        """The CQ ended: `close_cq`, an operator's close, or a
+        `region_destroy` of its region. No event names it afterwards."""
 
 
 LISTENER_METHODS = {

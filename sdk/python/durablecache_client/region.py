@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from .events import CacheListener, EntryEvent, Written
+from .events import CacheListener, CqListener, EntryEvent, Written
 
 if TYPE_CHECKING:
     from ._regions import ClientRegions
@@ -136,13 +136,41 @@ class Region:
         """Drop the all-keys interest."""
         await self._client._unregister_interest(self, {"all_keys": True})
 
-    async def register_cq(self, name: str, query: str, durable: bool = False) -> int:
-        """Register a continuous query on this region; return the image count."""
-        return await self._client._register_cq(self, name, query, durable=durable)
+    async def register_cq(
+        self,
+        name: str,
+        query: str,
+        listener: CqListener | None = None,
+        durable: bool = False,
+    ) -> int:
+        """Register the continuous query `name` on this region; return the
+        number of entries in its initial result (see `cq_results`).
+
+        `listener.on_event` gets a `CqEvent` for each change of the result.
+        As in Geode, neither the initial result nor the CQ's events touch
+        this region's cache; an event that an interest of the client also
+        covers updates the cache and reaches the region's listener too.
+        The CQ is sent again after every reconnect. A refused query raises
+        `BadQueryError` (the server's message gives line and column).
+        """
+        if isinstance(listener, bool):
+            raise TypeError(
+                "register_cq(name, query, listener=None, durable=False): "
+                "pass durable by keyword"
+            )
+        return await self._client._register_cq(
+            self, name, query, listener, durable=durable
+        )
 
     async def close_cq(self, name: str) -> None:
         """Close the continuous query `name`."""
         await self._client.close_cq(name)
+
+    def cq_results(self, name: str) -> dict[str, tuple[Any, int]] | None:
+        """The result set of the CQ `name` as last known, `{key: (value,
+        version)}`, or None when this client holds no such CQ here."""
+        cq = self._client._cqs.get(name)
+        return None if cq is None or cq.region != self.name else cq.results()
 
     # -- writes ----------------------------------------------------------------
 

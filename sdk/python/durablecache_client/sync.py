@@ -12,7 +12,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .client import AsyncDurableClient
-from .events import CacheListener, Marker, Welcome, Written
+from .events import CacheListener, CqListener, Marker, Welcome, Written
 from .region import Region
 
 T = TypeVar("T")
@@ -144,13 +144,27 @@ class SyncRegion:
         """Drop the all-keys interest."""
         self._runner.run(self._region.unregister_all_keys())
 
-    def register_cq(self, name: str, query: str, durable: bool = False) -> int:
-        """Register a continuous query; return the image count."""
-        return self._runner.run(self._region.register_cq(name, query, durable))
+    def register_cq(
+        self,
+        name: str,
+        query: str,
+        listener: CqListener | None = None,
+        durable: bool = False,
+    ) -> int:
+        """Register a continuous query (see `Region.register_cq`); return the
+        number of entries in its initial result."""
+        return self._runner.run(
+            self._region.register_cq(name, query, listener, durable=durable)
+        )
 
     def close_cq(self, name: str) -> None:
         """Close the continuous query `name`."""
         self._runner.run(self._region.close_cq(name))
+
+    def cq_results(self, name: str) -> dict[str, tuple[Any, int]] | None:
+        """The result set of the CQ `name` as last known (see
+        `Region.cq_results`)."""
+        return self._region.cq_results(name)
 
     def put(self, key: str, value: Any) -> Written:
         """Create or update `key` through the client's socket (see

@@ -101,12 +101,14 @@ class FakeConnection:
         else:
             items = [{"key": k, "value": v, "version": n} for k, v, n in entries or []]
             field = "entries"
+        cq = {"cq": request["name"]} if request["type"] == "register_cq" else {}
         for start in range(0, len(items), chunk):
             await self.send(
                 {
                     "type": "image",
                     "id": request["id"],
                     "region": request["region"],
+                    **cq,
                     field: items[start : start + chunk],
                 }
             )

@@ -216,3 +216,95 @@ async def test_a_keys_image_lists_the_keys(fake_server):
     assert await asyncio.wait_for(command, 5) == 0
 
     assert image == {"type": "image", "region": "r", "count": 2, "keys": ["x", "y"]}
+
+
+async def test_cq_subscribes_with_each_query_and_prints_each_event_once_with_cq(
+    fake_server,
+):
+    args = parse(
+        "--url",
+        fake_server.url,
+        "--keys",
+        "a",
+        "--cq",
+        "big=value.n > 5",
+        "--cq",
+        "eq=value.s = 'x=y'",
+    )
+    out, stop = Lines(), asyncio.Event()
+    command = asyncio.create_task(
+        subscribe(args, stop=stop, out=out, err=Sink(), close_timeout=1.0)
+    )
+
+    conn = await fake_server.accept()
+    await conn.welcome()
+    await conn.answer_register(await conn.recv("register_interest"), [])
+    big = await conn.recv("register_cq")
+    await conn.answer_register(big, [("b", {"n": 9}, 3)])
+    eq = await conn.recv("register_cq")
+    await conn.answer_register(eq, [])
+    await conn.recv("ready")
+    both = [{"name": "big", "cq_op": "create"}, {"name": "eq", "cq_op": "create"}]
+    # A CQ-only key, then a key the interest covers too: one line each.
+    await conn.event("e1", 1, "c", "create", {"n": 7, "s": "x=y"}, 1, cq=both)
+    await conn.event(
+        "e2", 2, "a", "update", {"n": 1}, 2, cq=[{"name": "big", "cq_op": "destroy"}]
+    )
+    await conn.marker(0, ["r"])
+    lines = [await out.next_json() for _ in range(7)]
+    stop.set()
+    assert await asyncio.wait_for(command, 5) == 0
+
+    assert (big["name"], big["query"], big["durable"]) == ("big", "value.n > 5", True)
+    assert (eq["name"], eq["query"]) == ("eq", "value.s = 'x=y'")
+    assert [line["type"] for line in lines] == [
+        "connected",
+        "image",
+        "image",
+        "image",
+        "event",
+        "event",
+        "marker",
+    ]
+    assert lines[2] == {
+        "type": "image",
+        "region": "r",
+        "cq": "big",
+        "count": 1,
+        "entries": [{"key": "b", "value": {"n": 9}, "version": 3}],
+    }
+    assert (lines[3]["cq"], lines[3]["count"]) == ("eq", 0)
+    assert (lines[4]["id"], lines[4]["key"], lines[4]["cq"]) == ("e1", "c", both)
+    assert (lines[5]["id"], lines[5]["op"]) == ("e2", "update")
+    assert lines[5]["cq"] == [{"name": "big", "cq_op": "destroy"}]
+
+
+async def test_a_refused_cq_prints_the_servers_message_and_exits_1(fake_server):
+    args = parse("--url", fake_server.url, "--cq", "q=value.a = 1; DROP TABLE x")
+    err = Lines()
+    command = asyncio.create_task(
+        subscribe(args, stop=asyncio.Event(), out=Sink(), err=err, close_timeout=1.0)
+    )
+
+    conn = await fake_server.accept()
+    await conn.welcome()
+    request = await conn.recv("register_cq")
+    message = "line 1, column 12: unexpected character ';'"
+    await conn.send(
+        {"type": "error", "id": request["id"], "code": "bad_query", "message": message}
+    )
+
+    assert await asyncio.wait_for(command, 5) == 1
+    line = await asyncio.wait_for(err.queue.get(), 5)
+    assert line == f"error: bad_query: {message}"
+
+
+async def test_cq_arguments_need_a_name_and_a_query():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(
+            ["subscribe", "--url", "u", "--region", "r", "--cq", "noquery"]
+        )
+    args = build_parser().parse_args(
+        ["subscribe", "--url", "u", "--region", "r", "--cq", "n=key = 'a=b'"]
+    )
+    assert args.cq == [("n", "key = 'a=b'")]

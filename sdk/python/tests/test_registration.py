@@ -114,33 +114,6 @@ async def test_unregister_sends_the_same_selector(fake_server, make_client, run)
     assert await run(region.unregister_keys(["a", "b"]), script) is None
 
 
-async def test_register_cq_fills_cache_and_close_cq_closes_it(
-    fake_server, make_client, run
-):
-    client = make_client(durable_id="app-1")
-    _, conn = await fake_server.connect(client)
-    region = client.region("orders")
-
-    async def register():
-        request = await conn.recv("register_cq")
-        assert request["name"] == "big"
-        assert request["region"] == "orders"
-        assert request["query"] == "value.total > 100"
-        assert request["durable"] is True
-        await conn.answer_register(request, [("o1", {"total": 150}, 3)])
-
-    async def close():
-        request = await conn.recv("close_cq")
-        assert request["name"] == "big"
-        await conn.send({"type": "cq_closed", "id": request["id"]})
-
-    count = await run(region.register_cq("big", "value.total > 100", True), register)
-    await run(region.close_cq("big"), close)
-
-    assert count == 1
-    assert region.get_entry("o1") == ({"total": 150}, 3)
-
-
 async def test_register_before_connect_is_refused(make_client):
     client = make_client()
 

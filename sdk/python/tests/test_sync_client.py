@@ -79,3 +79,46 @@ async def test_blocking_call_from_a_listener_is_refused(fake_server):
         await asyncio.to_thread(client.close)
 
     assert "blocking DurableClient call" in str(errors[0])
+
+
+async def test_sync_client_registers_a_cq_with_its_listener(fake_server):
+    events = []
+
+    class Listener:
+        def on_event(self, event):
+            events.append((event.key, event.query_op))
+
+    client = DurableClient(fake_server.url, token="tok-1", close_timeout=1.0)
+    try:
+        connecting = asyncio.create_task(asyncio.to_thread(client.connect))
+        conn = await fake_server.accept()
+        await conn.welcome()
+        await asyncio.wait_for(connecting, 5)
+        region = client.region("r")
+        registering = asyncio.create_task(
+            asyncio.to_thread(region.register_cq, "big", "value.n > 5", Listener())
+        )
+        request = await conn.recv("register_cq")
+        await conn.answer_register(request, [("a", {"n": 9}, 1)])
+        assert await asyncio.wait_for(registering, 5) == 1
+        assert region.cq_results("big") == {"a": ({"n": 9}, 1)}
+        await conn.event(
+            "e1",
+            1,
+            "a",
+            "update",
+            {"n": 1},
+            2,
+            cq=[{"name": "big", "cq_op": "destroy"}],
+        )
+        await conn.wait_ack(1)
+        closing = asyncio.create_task(asyncio.to_thread(region.close_cq, "big"))
+        request = await conn.recv("close_cq")
+        await conn.send({"type": "cq_closed", "id": request["id"], "name": "big"})
+        await asyncio.wait_for(closing, 5)
+    finally:
+        await asyncio.to_thread(client.close)
+
+    assert events == [("a", "destroy")]
+    assert region.cq_results("big") is None
+    assert len(region) == 0
