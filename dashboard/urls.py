@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from dashboard import live
 from dashboard import views as dashboard
 
 app_name = "dashboard"
@@ -35,6 +36,7 @@ urlpatterns = [
     ),
     path("regions/", dashboard.regions, name="regions"),
     path("regions/<str:name>/", dashboard.region_detail, name="region"),
+    path("regions/<str:name>/live/", live.region_live, name="region_live"),
     path(
         "regions/<str:name>/entries/<str:action>/",
         dashboard.entry_action,
