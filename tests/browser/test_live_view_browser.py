@@ -5,7 +5,7 @@ writes change the table in place: the row's new value and version, the
 highlight on the changed row only, a new key's row in key order, the event
 count. The page subscribes through the vendored TypeScript client with the
 operator's session (no token in the page). Saved as
-test-artifacts/screenshots/12-region-live.png.
+test-artifacts/screenshots/14-region-live.png.
 """
 
 from collections.abc import Iterator
@@ -123,7 +123,7 @@ def test_live_view_shows_rest_writes_in_place(chromium, site, screenshots):
         assert row(page, "CHF")["op"] == "create"
         assert page.text_content("#live-events") == "2"
         assert page.text_content("#live-keys") == "4"
-        page.screenshot(path=screenshots / "12-region-live.png", full_page=True)
+        page.screenshot(path=screenshots / "14-region-live.png", full_page=True)
         assert errors == []
     finally:
         context.close()
