@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from dashboard import live
 from dashboard.views import clients, overview, regions
 
 app_name = "dashboard"
@@ -33,6 +34,7 @@ urlpatterns = [
     ),
     path("regions/", regions.regions, name="regions"),
     path("regions/<str:name>/", regions.region_detail, name="region"),
+    path("regions/<str:name>/live/", live.region_live, name="region_live"),
     path(
         "regions/<str:name>/entries/<str:action>/",
         regions.entry_action,

@@ -1,15 +1,20 @@
 """ASGI middleware for the websocket: Origin check, then token auth.
 
 The token comes from ``Authorization: Token <t>`` or ``?token=<t>``; when
-both are given they must name the same user. The consumer closes with 4401
-after the handshake when ``scope["user"]`` is None (docs/protocol.md).
+both are given they must name the same user. Without a token, the session
+cookie of a signed-in operator is accepted on a same-origin handshake (the
+dashboard's Live view). The consumer closes with 4401 after the handshake
+when ``scope["user"]`` is None (docs/protocol.md).
 """
 
-from typing import Any
+from importlib import import_module
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.http import parse_cookie
 
 from common.tokens import token_user
 
@@ -42,11 +47,40 @@ async def user_from_scope(scope: dict[str, Any]) -> Any:
         tokens.append(value.strip())
     tokens.extend(query.get("token", [])[:2])
     if not tokens:
-        return None
+        return await _session_operator(scope)
     users = [await _user_for(t) for t in tokens]
     if any(u is None for u in users) or len({u.pk for u in users}) != 1:
         return None
     return users[0]
+
+
+async def _session_operator(scope: dict[str, Any]) -> Any:
+    """Return the staff user whose session cookie a same-origin handshake
+    carries, or None.
+
+    A cookie goes with every request the browser makes, whichever page
+    asks, so it is honoured only when the Origin is the node's own host:
+    not for an origin merely listed in DURABLECACHE_ALLOWED_ORIGINS (those
+    pages authenticate with a token), and not without an Origin. Staff
+    only, as the dashboard whose pages use it. The page thus never holds
+    a token (docs/dashboard.md, Live view).
+    """
+    origin = _header(scope, b"origin")
+    host = _header(scope, b"host")
+    if origin is None or host is None:
+        return None
+    if urlsplit(origin).netloc.lower() != host.lower():
+        return None
+    cookies = parse_cookie(_header(scope, b"cookie") or "")
+    key = cookies.get(settings.SESSION_COOKIE_NAME)
+    if not key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    # channels.auth.get_user reads only the scope's session.
+    user = await get_user(cast(Any, {"session": store}))
+    if not (user.is_authenticated and user.is_active and user.is_staff):  # type: ignore[attr-defined]
+        return None
+    return user
 
 
 class TokenAuthMiddleware:

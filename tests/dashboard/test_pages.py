@@ -211,6 +211,7 @@ PAGES = [
     ("interest_remove", "/dashboard/clients/d1/interests/{pk}/remove/", True),
     ("regions", "/dashboard/regions/", True),
     ("region", "/dashboard/regions/prices/", True),
+    ("region_live", "/dashboard/regions/prices/live/", False),
     ("entry_action", "/dashboard/regions/prices/entries/invalidate/?key=a", True),
     ("entry_action", "/dashboard/regions/prices/entries/destroy/?key=a", True),
     ("region_clear", "/dashboard/regions/prices/clear/", True),

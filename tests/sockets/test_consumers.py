@@ -3,6 +3,8 @@
 import pytest
 from channels.db import database_sync_to_async as db
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.test import Client
 
 from cache import selectors as cache_selectors
 from cache import services as cache_services
@@ -100,6 +102,48 @@ async def test_no_origin_is_accepted(ws, token):
     connected, sock = await ws(token)
     assert connected
     assert (await sock.hello())["type"] == "welcome"
+
+
+def _session_cookie(user):
+    """A ``Cookie`` header carrying a dashboard session of ``user``."""
+    browser = Client()
+    browser.force_login(user)
+    key = browser.cookies[settings.SESSION_COOKIE_NAME].value
+    return (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())
+
+
+SAME_ORIGIN = [
+    (b"origin", b"http://node.example:8000"),
+    (b"host", b"node.example:8000"),
+]
+
+
+async def test_operator_session_on_a_same_origin_handshake_is_accepted(ws, operator):
+    cookie = await db(_session_cookie)(operator)
+    _, sock = await ws(headers=[*SAME_ORIGIN, cookie])
+    assert (await sock.hello())["type"] == "welcome"
+
+
+async def test_session_of_a_plain_user_closes_4401(ws, user):
+    cookie = await db(_session_cookie)(user)
+    _, sock = await ws(headers=[*SAME_ORIGIN, cookie])
+    await sock.closed_with(4401)
+
+
+@pytest.mark.parametrize("origin", [None, b"https://app.example"])
+async def test_operator_session_from_another_origin_closes_4401(
+    ws, operator, settings, origin
+):
+    """A cookie goes with any page's request: only the node's own origin
+    may use it, not one merely allowed for token clients."""
+    settings.DURABLECACHE_ALLOWED_ORIGINS = ["https://app.example"]
+    cookie = await db(_session_cookie)(operator)
+    headers = [(b"host", b"node.example:8000"), cookie]
+    if origin is not None:
+        headers.append((b"origin", origin))
+    connected, sock = await ws(headers=headers)
+    assert connected
+    await sock.closed_with(4401)
 
 
 # --- bad frames -------------------------------------------------------------
