@@ -103,15 +103,28 @@ def test_inserted_rows_read_back_as_written():
     now = dt.datetime(2026, 12, 2, 1, 2, 3, 456789, tzinfo=dt.UTC)
     ts = Event._meta.get_field("ts").get_db_prep_save(now, connection)
     rows = [
-        [i + 1, f"e{i}", "r\tx", f"k\n{i}", "update", value_text, i, False, ts]
+        [
+            i + 1,
+            f"e{i}",
+            "r\tx",
+            f"k\n{i}",
+            "update",
+            value_text,
+            i,
+            False,
+            ts,
+            value_text,
+        ]
         for i, value_text in enumerate(
             None if v is None else json.dumps(v) for v in AWKWARD
         )
     ]
     sql.insert_rows(connection, Event, FIELDS, rows)
-    got = Event.objects.order_by("seq").values_list("region", "key", "value", "ts")
+    got = Event.objects.order_by("seq").values_list(
+        "region", "key", "value", "ts", "prior_value"
+    )
     got = list(got)
-    assert got == [("r\tx", f"k\n{i}", v, now) for i, v in enumerate(AWKWARD)]
+    assert got == [("r\tx", f"k\n{i}", v, now, v) for i, v in enumerate(AWKWARD)]
 
 
 @pytest.mark.django_db
@@ -122,7 +135,9 @@ def test_inserted_rows_are_one_logged_statement():
     ts = Event._meta.get_field("ts").get_db_prep_save(
         dt.datetime.now(dt.UTC), connection
     )
-    rows = [[seq, f"e{seq}", "r", "k", "update", "1", 1, False, ts] for seq in (1, 2)]
+    rows = [
+        [seq, f"e{seq}", "r", "k", "update", "1", 1, False, ts, None] for seq in (1, 2)
+    ]
     with CaptureQueriesContext(connection) as logged:
         sql.insert_rows(connection, Event, FIELDS, rows)
     [query] = logged.captured_queries
