@@ -101,7 +101,11 @@ def cq_close(*, client: DurableClient, name: str, by_operator: bool = False) -> 
 
     ``by_operator`` (REST DELETE by staff, ``manage.py durable close-cq``,
     the admin): a socket of the client's gets an unsolicited
-    ``cq_closed`` {name}, after commit, through its node's hub."""
+    ``cq_closed`` {name}, after commit, through its node's hub. A name no
+    CQ can have (a NUL, which PostgreSQL text refuses, among others) is
+    held by no client: False without a statement."""
+    if not NAME.fullmatch(name):
+        return False
     with transaction.atomic():
         clients_lock([client.pk])
         closed = (

@@ -425,3 +425,9 @@ def test_wrong_method_is_405_with_the_error_shape(api, user):
     assert_error(api.post(f"{BASE}/nodes/", {}, format="json"), 405)
     assert_error(api.put(f"{BASE}/clients/d1/", {}, format="json"), 405)
     assert_error(api.post(f"{BASE}/clients/d1/queue/", {}, format="json"), 405)
+
+
+def test_deleting_a_cq_named_with_a_nul_is_404_on_every_database(api, user):
+    hello(user, "d-nul")
+    response = api.delete("/api/v1/clients/d-nul/cqs/%00/")
+    assert response.status_code == 404

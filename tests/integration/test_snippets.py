@@ -65,6 +65,8 @@ NOT_RUN = {
     "environment (make install does it)",
     ("sdk/python/README.md", "pytest sdk/python/tests"): "the suite running "
     "this runs those tests",
+    ("sdk/python/README.md", '--cq "big='): "needs the reader's `orders` "
+    "region; tests/integration/test_client_library_cq.py runs the CLI's --cq",
     ("sdk/python/README.md", "class BigOrders(CqListener)"): "a fragment: "
     "`...` stands for the application's work and `orders` for its region; "
     "tests/integration/test_client_library_cq.py makes the same calls",
@@ -82,7 +84,7 @@ RUN = [
     ("docs/operations.md", "python manage.py migrate"),
     ("sdk/python/README.md", 'durable_id="billing-worker-1"'),
     ("sdk/python/README.md", "AsyncDurableClient("),
-    ("sdk/python/README.md", "python -m durablecache_client subscribe"),
+    ("sdk/python/README.md", "--durable-id cli-1"),
 ]
 
 
@@ -427,7 +429,7 @@ def test_sdk_readme_as_printed(cluster, terminal):
     printed = terminal.run(find(sdk, "AsyncDurableClient("))
     assert printed.splitlines()[-1] == "0 replayed"
 
-    command = terminal.start(find(sdk, "python -m durablecache_client subscribe"))
+    command = terminal.start(find(sdk, "--durable-id cli-1"))
     connected = json.loads(command.next_line())
     assert (connected["type"], connected["durable_id"]) == ("connected", "cli-1")
     assert json.loads(command.next_line())["type"] == "image"
