@@ -218,15 +218,4 @@ def cqs_end_with_region(*, region: str, seq: int) -> int:
         )
         if not rows:
             return 0
-        EndedCq.objects.bulk_create(
-            EndedCq(
-                client_id=row.client_id,
-                name=row.name,
-                region=row.region,
-                query=row.query,
-                since_seq=row.since_seq,
-                until_seq=seq,
-            )
-            for row in rows
-        )
-        return ContinuousQuery.objects.filter(pk__in=[r.pk for r in rows]).delete()[0]
+        return EndedCq.end(rows, until=seq)

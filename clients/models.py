@@ -199,6 +199,26 @@ class EndedCq(models.Model):
     def __str__(self) -> str:
         return f"{self.client} {self.name} on {self.region} (ended)"
 
+    @classmethod
+    def end(cls, rows: list["ContinuousQuery"], *, until: int) -> int:
+        """End these locked CQ rows at log seq ``until``: each that judged
+        an event before it is kept through ``until``, so every host names it
+        in the same events; the rows go. The number ended."""
+        EndedCq.objects.bulk_create(
+            EndedCq(
+                client_id=row.client_id,
+                name=row.name,
+                region=row.region,
+                query=row.query,
+                since_seq=row.since_seq,
+                until_seq=until,
+            )
+            for row in rows
+            if row.since_seq < until
+        )
+        pks = [row.pk for row in rows]
+        return ContinuousQuery.objects.filter(pk__in=pks).delete()[0]
+
 
 class LostQueue(models.Model):
     """A durable id whose queue was lost (expired or all hosts died).

@@ -175,20 +175,7 @@ def cqs_end_non_durable(client_ids: list[uuid.UUID]) -> int:
     )
     if not rows:
         return 0
-    until = cache_services.event_log_head_locked()
-    EndedCq.objects.bulk_create(
-        EndedCq(
-            client_id=row.client_id,
-            name=row.name,
-            region=row.region,
-            query=row.query,
-            since_seq=row.since_seq,
-            until_seq=until,
-        )
-        for row in rows
-        if row.since_seq < until
-    )
-    return ContinuousQuery.objects.filter(pk__in=[r.pk for r in rows]).delete()[0]
+    return EndedCq.end(rows, until=cache_services.event_log_head_locked())
 
 
 def cq_get(*, client: DurableClient, name: str) -> ContinuousQuery:
