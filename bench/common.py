@@ -3,6 +3,7 @@
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
 from typing import Any
@@ -68,6 +69,12 @@ class Rest:
         if status >= 300:
             raise RuntimeError(f"{method} {path}: {status} {payload}")
         return payload
+
+
+def out(line: str = "") -> None:
+    """Print ``line`` now (a bench's progress is read as it runs)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def first_node(cluster: Any, region: str, user: str) -> tuple[str, str, Rest]:

@@ -148,3 +148,43 @@ def enqueue_cqs_vs_interest(
     finally:
         asyncio.run(dc.discard(ws_url, token, interest_id))
     return {"cqs": cq_rate, "interest": interest_rate}
+
+
+def main() -> None:
+    """``python -m bench.cq_enqueue [--rounds N] [--events N]``: this scenario
+    alone on a fresh one-node cluster (embedded defaults, or the
+    ``DURABLECACHE_*`` URLs of the environment), each round's two rates and
+    their ratio, then the median ratio."""
+    import argparse
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import first_node, out
+    from tests.integration.harness import Cluster
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--events", type=int, default=20000)
+    args = parser.parse_args()
+    cluster = Cluster(Path(tempfile.mkdtemp(prefix="durablecache-cq-bench-")))
+    try:
+        ws_url, token, rest = first_node(cluster, "bench", "bench")
+        ratios = []
+        for r in range(1, args.rounds + 1):
+            rates = enqueue_cqs_vs_interest(
+                ws_url, rest, token, "bench", f"r{r}-cq", args.events
+            )
+            ratios.append(rates["cqs"] / rates["interest"])
+            out(
+                f"round {r}: {CQS} CQs {rates['cqs']:.0f} ev/s, "
+                f"all-keys interest {rates['interest']:.0f} ev/s, "
+                f"ratio {ratios[-1]:.2f}"
+            )
+        out(f"median ratio {statistics.median(ratios):.2f} (target >= 0.5)")
+    finally:
+        cluster.close()
+
+
+if __name__ == "__main__":
+    main()

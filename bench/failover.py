@@ -28,17 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import out
 from durablecache_client import DurableClient
 from tests.integration.harness import Cluster, wait_for
 from tests.integration.recording import Recorder
 
 HERE = Path(__file__).resolve().parent
 NODES = ("node-1", "node-2", "node-3")
-
-
-def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 class Writer(threading.Thread):

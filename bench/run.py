@@ -30,6 +30,7 @@ from bench.common import (
     Rest,
     daphne_process,
     first_node,
+    out,
     rss_settled,
     summary,
     wait_until,
@@ -72,11 +73,6 @@ WS_PUTS_R1 = (
 NODE_TIMEOUT_S = 5.0
 FAILOVER_BOUND_S = NODE_TIMEOUT_S + 1.0
 RSS_FLAT = 0.20
-
-
-def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 class BareDaphne:

@@ -44,18 +44,13 @@ from typing import Any
 import psutil
 
 from bench import dc
-from bench.common import daphne_process, first_node
+from bench.common import daphne_process, first_node, out
 from tests.integration.harness import Cluster
 
 REGION = "split"
 
 # `py-spy dump`'s thread lines: Thread 5670 (idle): "MainThread"
 _THREAD_LINE = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(\w+\): "([^"]*)"', re.M)
-
-
-def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 def thread_names(dump: str) -> dict[int, str]:

@@ -228,3 +228,49 @@ def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
     assert copied["cq"] == [{"name": "big", "cq_op": "create"}]
     state = queue_selectors.queue_get(client_id=client.id)
     assert copies._entry_from_copy(state, copied).cq == copied["cq"]
+
+
+def test_cq_list_is_in_name_order_when_one_name_prefixes_another(user, region):
+    client = _hello(user, "c")
+    for name in ("n", "n-1", "n.2", "m"):
+        _cq(client, name, "value.qty > 5")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    [(_, _, listed)] = _rows(client)
+    assert [entry["name"] for entry in listed] == ["m", "n", "n-1", "n.2"]
+
+
+def test_one_pass_judges_each_event_by_the_cqs_that_existed_when_it_was_written(
+    user, region
+):
+    # Both clients' CQs and all the writes are fanned out in one pass: the
+    # pass must still give each event only the CQs registered before it.
+    first, second = _hello(user, "first"), _hello(user, "second")
+    _cq(first, "a", "value.qty > 5", durable=True)
+    _cq(first, "b", "value.qty > 0")  # ends with the socket, events kept
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    _cq(second, "a", "value.qty > 5")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 9})
+    services.client_disconnected(client_id=first.id, socket_id="first")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 2})
+    cache_services.region_clear(name="prices")
+    fanout.fanout_node("node-1")
+    assert _rows(first) == [
+        (
+            "create",
+            "k",
+            [{"name": "a", "cq_op": "create"}, {"name": "b", "cq_op": "create"}],
+        ),
+        (
+            "update",
+            "k",
+            [{"name": "a", "cq_op": "update"}, {"name": "b", "cq_op": "update"}],
+        ),
+        ("update", "k", [{"name": "a", "cq_op": "destroy"}]),
+        ("region_clear", None, [{"name": "a", "cq_op": "region_clear"}]),
+    ]
+    assert _rows(second) == [
+        ("update", "k", [{"name": "a", "cq_op": "update"}]),
+        ("update", "k", [{"name": "a", "cq_op": "destroy"}]),
+        ("region_clear", None, [{"name": "a", "cq_op": "region_clear"}]),
+    ]
