@@ -94,8 +94,12 @@ class Session:
 
 
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:
-    """Return the wait before attempt `attempt` (1-based): doubling, jittered."""
-    delay = min(cap, initial * 2.0 ** (attempt - 1))
+    """Return the wait before attempt `attempt` (1-based): doubling, jittered.
+
+    The exponent stops at 64 (any cap is reached long before), so any
+    number of failed attempts in a row (a node down for days) keeps the
+    wait at the cap instead of overflowing a float."""
+    delay = min(cap, initial * 2.0 ** min(attempt - 1, 64))
     return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - not crypto
 
 

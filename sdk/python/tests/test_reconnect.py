@@ -223,3 +223,13 @@ async def test_close_flushes_ack_sends_close_and_stops_reconnecting(
     assert fake_server.accepted.empty()
     with pytest.raises(ClientClosedError):
         await client.ready_for_events()
+
+
+def test_backoff_stays_at_the_cap_after_any_number_of_failed_attempts():
+    from durablecache_client._session import backoff_delay
+
+    for attempt in (1, 2, 10, 1024, 1025, 10**6):
+        delay = backoff_delay(attempt, 0.1, 5.0)
+        assert 0 < delay <= 5.0
+    assert backoff_delay(10**6, 0.1, 5.0) >= 2.5  # jitter keeps half the cap
+    assert backoff_delay(1, 0.1, 5.0) <= 0.1
