@@ -1,8 +1,10 @@
 """URL wiring: admin, dashboard, the REST API, schema and metrics."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from common.api import ApiRootView
@@ -24,6 +26,9 @@ urlpatterns = [
     ),
     path("api/v1/", include("cache.api.urls")),
     path("api/v1/", include("clients.api.urls")),
+    # Browsers ask for /favicon.ico on every page without an icon link
+    # (the admin, the schema pages): the dashboard's icon, not a 404.
+    path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"))),
     # Every 4xx under /api/ carries the JSON error body, unknown paths too:
     # CSRF-exempt, or a DELETE/POST to an unknown path would get Django's
     # HTML 403 page instead of the JSON 404 (nothing is changed there).

@@ -35,6 +35,16 @@ def test_metrics_and_health_answer(db):
     assert "durablecache_queued_events" in text
 
 
+def test_pages_name_the_dashboard_icon_and_favicon_ico_redirects_to_it(operator):
+    browser = DjangoClient()
+    browser.force_login(operator)
+    page = browser.get("/dashboard/").content.decode()
+    assert 'rel="icon" href="/static/dashboard/favicon.svg"' in page
+    response = DjangoClient().get("/favicon.ico")
+    assert response.status_code == 302
+    assert response["Location"] == "/static/dashboard/favicon.svg"
+
+
 def test_unknown_api_path_is_a_json_404(api):
     response = api.get("/api/v1/nope/")
     assert response.status_code == 404
