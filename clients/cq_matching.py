@@ -78,7 +78,7 @@ class _RegionSet:
         pattern = (owner.first_bit, was, now)
         built = self.lists.get(pattern)
         if built is None:
-            pairs = []
+            pairs: list[tuple[str, str]] = []
             moved, bit = was | now, owner.first_bit
             moved >>= bit
             while moved:

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cache.models import Node
@@ -98,6 +98,23 @@ def client_hello(*, user: Any, socket_id: str, options: dict[str, Any]) -> Hello
        secondaries are placed and their copies started, and the pending
        count is -2 (no queue), -1 (queue lost), or its size.
     """
+    try:
+        return _hello_once(user=user, socket_id=socket_id, options=options)
+    except IntegrityError:
+        # Another door created the id between this hello's look-up (no row,
+        # so nothing to lock) and its insert: a REST pre-registration or a
+        # second first hello. Once more, now with the row (its owner and
+        # socket checks apply).
+        durable_id = options["durable_id"]
+        if (
+            durable_id is None
+            or not DurableClient.objects.filter(durable_id=durable_id).exists()
+        ):
+            raise
+        return _hello_once(user=user, socket_id=socket_id, options=options)
+
+
+def _hello_once(*, user: Any, socket_id: str, options: dict[str, Any]) -> HelloResult:
     durable_id = options["durable_id"]
     node = self_node()
     now = timezone.now()

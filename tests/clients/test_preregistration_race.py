@@ -16,6 +16,7 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from clients import fanout, maintenance, services
 from clients import selectors as client_selectors
+from clients.exceptions import ClientOwnedError
 from clients.matching import parse_selector
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -175,3 +176,41 @@ def test_the_orphan_sweep_still_drops_a_queue_whose_client_is_gone(user, region)
     client.delete()  # its queue's drop lost, say
     assert maintenance.drop_orphans() == 1
     assert queue_selectors.queue_size(client_id=client.id) == -2
+
+
+def _looked_up_before_the_insert(monkeypatch: Any) -> list[str]:
+    """Make this hello's first look-up of its id miss, as when another door
+    inserts the row after the look-up and before this hello's insert (on
+    PostgreSQL the look-up of a missing row locks nothing). The later
+    look-ups see the row."""
+    from clients.services import hello as hello_module
+
+    real = hello_module._client_locked
+    calls: list[str] = []
+
+    def lookup(durable_id: str) -> Any:
+        calls.append(durable_id)
+        return None if len(calls) == 1 else real(durable_id)
+
+    monkeypatch.setattr(hello_module, "_client_locked", lookup)
+    return calls
+
+
+def test_a_first_hello_whose_insert_meets_a_preregistered_row_takes_it(
+    user, monkeypatch
+):
+    created = services.client_ensure_offline(user=user, durable_id="race")
+    calls = _looked_up_before_the_insert(monkeypatch)
+    result = hello(user, "race")
+    assert calls == ["race", "race"]
+    assert result.client.pk == created.pk
+    assert result.client.is_connected
+
+
+def test_a_first_hello_whose_insert_meets_another_users_row_is_refused(
+    user, other_user, monkeypatch
+):
+    services.client_ensure_offline(user=other_user, durable_id="race")
+    _looked_up_before_the_insert(monkeypatch)
+    with pytest.raises(ClientOwnedError):
+        hello(user, "race")
