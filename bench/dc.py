@@ -171,6 +171,31 @@ def enqueue_putall_redundant(
     return rate
 
 
+def enqueue_putall_many(
+    ws_url: str,
+    rests: dict[str, Rest],
+    token: str,
+    region: str,
+    tag: str,
+    count: int,
+    clients: int,
+) -> float:
+    """Events/s into ``clients`` offline queues at once, each with a copy on
+    every node of ``rests`` after the first: from the first putall until
+    every host of every queue holds all ``count`` events. The clients go
+    afterwards (they would load the scenarios after this one)."""
+    ids = [f"{tag}-{i}" for i in range(clients)]
+    first = next(iter(rests.values()))
+    for durable_id in ids:
+        offline_on(ws_url, rests, token, durable_id, region)
+    start = time.monotonic()
+    fill_putall(first, region, f"{tag}-k", count)
+    end = max(queued_everywhere(rests, durable_id, count) for durable_id in ids)
+    for durable_id in ids:
+        asyncio.run(discard(ws_url, token, durable_id))
+    return count / (end - start)
+
+
 def enqueue_puts(
     ws_url: str,
     rest: Rest,

@@ -164,6 +164,21 @@ def enqueue_pipelined(
     return publish_pipelined(port, tag, count, window)
 
 
+def enqueue_many(
+    port: int, tag: str, count: int, sessions: int, window: int = DEFAULT_INFLIGHT
+) -> float:
+    """Pipelined publishes into ``sessions`` persistent sessions' queues
+    (each subscribed to every message), until the last PUBACK; the sessions
+    are dropped afterwards."""
+    ids = [f"{tag}-sub-{i}" for i in range(sessions)]
+    for client_id in ids:
+        make_offline(port, client_id, f"{tag}/#")
+    rate = publish_pipelined(port, tag, count, window)
+    for client_id in ids:
+        drop_session(port, client_id)
+    return rate
+
+
 def enqueue_sequential(port: int, tag: str, count: int, writers: int) -> float:
     """Each writer waits for the PUBACK of one message before the next."""
     make_offline(port, f"{tag}-sub", f"{tag}/#")

@@ -46,6 +46,8 @@ TARGETS = {
     "replay": ("durablecache/mosquitto", ">=", 1.5),
     "enqueue_putall": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
     "enqueue_putall_r1": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
+    "enqueue_putall_many": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
+    "enqueue_putall_many_r1": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_wsput_r1_seq": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_wsput_r1_pipe": ("durablecache R1 (2 nodes)/mosquitto", ">=", 1.0),
     "enqueue_wsput_pipe": ("durablecache R0/mosquitto (target is for R1)", ">=", 1.0),
@@ -181,6 +183,10 @@ class Bench:
             rate = dc.enqueue_putall_redundant(
                 self.ws_url, rests, self.token, REGION, f"{tag}-r1", a.replay
             )
+            many_r1 = dc.enqueue_putall_many(
+                self.ws_url, rests, self.token, REGION, f"{tag}-m1", a.replay,
+                a.subscribers,
+            )  # fmt: skip
             for name, writers, window in WS_PUTS_R1:
                 ws_r1[name] = dc.enqueue_ws_puts(
                     self.ws_url, rests, self.token, REGION, f"{tag}-{name}",
@@ -198,6 +204,12 @@ class Bench:
             "enqueue_putall_r1",
             "mosquitto",
             mqtt.enqueue_pipelined(port, f"{tag}-r1", a.replay),
+        )
+        self.record("enqueue_putall_many_r1", "durablecache", many_r1)
+        self.record(
+            "enqueue_putall_many_r1",
+            "mosquitto",
+            mqtt.enqueue_many(port, f"{tag}-m1", a.replay, a.subscribers),
         )
         for name, writers, window in WS_PUTS_R1:
             self.record(name, "durablecache", ws_r1[name])
@@ -222,6 +234,21 @@ class Bench:
         # 2a''. The putall enqueue into a client holding 100 CQs, against
         # the same fill into one with an all-keys interest.
         self.enqueue_cqs(tag)
+        one_node_rest = {"node-1": self.rest}
+        # 2a'''. The putall enqueue into many offline queues at once.
+        self.record(
+            "enqueue_putall_many",
+            "durablecache",
+            dc.enqueue_putall_many(
+                self.ws_url, one_node_rest, self.token, REGION, f"{tag}-m0",
+                a.replay, a.subscribers,
+            ),
+        )  # fmt: skip
+        self.record(
+            "enqueue_putall_many",
+            "mosquitto",
+            mqtt.enqueue_many(port, f"{tag}-m0", a.replay, a.subscribers),
+        )
         # 2b. Single puts: put frames on the websocket (pipelined, then one
         # at a time), then REST PUTs (an HTTP request each; one writer, four).
         one_node = {"node-1": self.rest}
@@ -460,6 +487,12 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
         "replay": f"replay {args.replay} ev/s",
         "enqueue_putall": f"enqueue putall {args.replay} ev/s",
         "enqueue_putall_r1": f"enqueue putall R1 {args.replay} ev/s",
+        "enqueue_putall_many": (
+            f"enqueue putall {args.replay} into {args.subscribers} queues ev/s"
+        ),
+        "enqueue_putall_many_r1": (
+            f"enqueue putall {args.replay} into {args.subscribers} queues R1 ev/s"
+        ),
         "enqueue_wsput_r1_seq": f"enqueue {args.ws_puts} ws puts R1, 1 writer ev/s",
         "enqueue_wsput_r1_pipe": (
             f"enqueue {args.pipelined_puts} ws puts R1, {args.window} in flight ev/s"
@@ -669,6 +702,12 @@ def main() -> int:
         type=int,
         default=20,
         help="puts in flight when pipelined, on both sides (paho's default is 20)",
+    )
+    parser.add_argument(
+        "--subscribers",
+        type=int,
+        default=10,
+        help="offline queues (MQTT sessions) of the many-subscriber enqueue",
     )
     parser.add_argument("--fanout-clients", type=int, default=100)
     parser.add_argument("--fanout-rate", type=int, default=100)
