@@ -106,3 +106,16 @@ bench: install
 	DURABLECACHE_SERVER_TUNING=false timeout -s INT -k 30 300 $(PY) -m bench.run \
 	  --rounds 1 --growth-events 0 --growth-min 0 --kills 0 --budget 280 --failover-reserve 0 \
 	  --output bench/results-stock.json
+
+# The same scenarios on PostgreSQL and a Redis server (the production
+# stack): PG_URL and REDIS_URL name them (defaults: this machine's local
+# servers); the harness creates fresh databases and drops them afterwards.
+# Writes bench/results-postgres.json. See docs/performance.md.
+PG_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+REDIS_URL ?= redis://127.0.0.1:6379/0
+.PHONY: bench-postgres
+bench-postgres: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	DURABLECACHE_DATABASE_URL=$(PG_URL) DURABLECACHE_REDIS_URL=$(REDIS_URL) \
+	  timeout -s INT -k 30 600 $(PY) -m bench.run --growth-events 0 --growth-min 0 \
+	  --kills 0 --failover-reserve 0 --output bench/results-postgres.json
