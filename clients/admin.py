@@ -194,7 +194,7 @@ class ContinuousQueryAdmin(ServiceAdmin[ContinuousQuery]):
         "name",
         "region",
         "query",
-        "is_durable",
+        "durable",
         "created_at",
     ]
     list_filter = ["is_durable", "region", "created_at"]
@@ -203,6 +203,10 @@ class ContinuousQueryAdmin(ServiceAdmin[ContinuousQuery]):
     ordering = ["client__durable_id", "name"]
     date_hierarchy = "created_at"
     actions = ["close_cqs"]
+
+    @admin.display(description="durable", boolean=True, ordering="is_durable")
+    def durable(self, obj: ContinuousQuery) -> bool:
+        return obj.is_durable
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # CQs come from register_cq
