@@ -1,8 +1,10 @@
-"""Admin for durable clients, interests, lost queues and size reports.
+"""Admin for durable clients, interests, continuous queries, lost queues
+and size reports.
 
-Clients come from ``hello`` or REST and interests from ``register``; the
-admin only reads them, closes clients and removes interests, through
-``clients.services`` like the REST API and the dashboard.
+Clients come from ``hello`` or REST, interests from ``register`` and CQs
+from ``register_cq``; the admin only reads them, closes clients and CQs
+and removes interests, through ``clients.services`` like the REST API,
+``manage.py durable`` and the dashboard.
 """
 
 from typing import Any
@@ -16,6 +18,7 @@ from clients import services
 from clients.models import (
     ClientHistory,
     ClientSample,
+    ContinuousQuery,
     DurableClient,
     Interest,
     LostQueue,
@@ -26,6 +29,7 @@ from common.errors import ValidationError
 
 INTEREST_FIELDS = ("region", "kind", "selector", "is_durable", "policy", "since_seq")
 REPORT_FIELDS = ("node", "size", "acked_through", "reported_at")
+CQ_FIELDS = ("name", "region", "query", "is_durable", "since_seq", "created_at")
 
 
 class InterestInline(admin.TabularInline[Interest, DurableClient]):
@@ -33,6 +37,23 @@ class InterestInline(admin.TabularInline[Interest, DurableClient]):
     extra = 0
     fields = readonly_fields = INTEREST_FIELDS
     show_change_link = True  # removing one goes through its own page
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class CqInline(admin.TabularInline[ContinuousQuery, DurableClient]):
+    model = ContinuousQuery
+    extra = 0
+    fields = readonly_fields = CQ_FIELDS
+    show_change_link = True  # closing one goes through its own page
+    verbose_name_plural = "continuous queries (close them from their own page)"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -78,7 +99,7 @@ class DurableClientAdmin(ServiceAdmin[DurableClient]):
     search_fields = ["durable_id", "owner__username", "id", "node", "primary"]
     ordering = ["durable_id"]
     date_hierarchy = "created_at"
-    inlines = [InterestInline, SizeReportInline]
+    inlines = [InterestInline, CqInline, SizeReportInline]
     actions = ["close_clients"]
 
     @admin.display(description="state", ordering="is_connected")
@@ -160,6 +181,60 @@ class InterestAdmin(ServiceAdmin[Interest]):
 
     def delete_through_service(self, request: HttpRequest, obj: Interest) -> None:
         services.interest_delete(client=obj.client, pk=obj.pk)
+
+
+@admin.register(ContinuousQuery)
+class ContinuousQueryAdmin(ServiceAdmin[ContinuousQuery]):
+    """Read-only but for closing, as an operator: ``cq_close`` with
+    ``by_operator`` (a connected client gets ``cq_closed``; queued events
+    lose the CQ's name, and one then wanted by nothing is dropped)."""
+
+    list_display = [
+        "client",
+        "name",
+        "region",
+        "query",
+        "durable",
+        "created_at",
+    ]
+    list_filter = ["is_durable", "region", "created_at"]
+    list_select_related = ["client"]
+    search_fields = ["name", "region", "query", "client__durable_id"]
+    ordering = ["client__durable_id", "name"]
+    date_hierarchy = "created_at"
+    actions = ["close_cqs"]
+
+    @admin.display(description="durable", boolean=True, ordering="is_durable")
+    def durable(self, obj: ContinuousQuery) -> bool:
+        return obj.is_durable
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # CQs come from register_cq
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: ContinuousQuery | None = None
+    ) -> bool:
+        return False  # a query is never edited in place: close it, register anew
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # "Close selected CQs" says it
+        return actions
+
+    def delete_through_service(
+        self, request: HttpRequest, obj: ContinuousQuery
+    ) -> None:
+        services.cq_close(client=obj.client, name=obj.name, by_operator=True)
+
+    @admin.action(permissions=["delete"], description="Close selected CQs")
+    def close_cqs(
+        self, request: HttpRequest, queryset: QuerySet[ContinuousQuery]
+    ) -> None:
+        def close(cq: ContinuousQuery) -> None:
+            self.log_deletion_of(request, cq)
+            self.delete_through_service(request, cq)
+
+        self.call_each(request, queryset.select_related("client"), close, done="Closed")
 
 
 @admin.register(LostQueue)

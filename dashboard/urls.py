@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
 from dashboard import live
 from dashboard.views import clients, overview, regions
@@ -31,6 +31,13 @@ urlpatterns = [
         "clients/<str:durable_id>/interests/<int:pk>/remove/",
         clients.interest_remove,
         name="interest_remove",
+    ),
+    # A CQ's name is 1-128 of [A-Za-z0-9._:-] (docs/protocol.md): any other
+    # is held by no client, a 404 before the view.
+    re_path(
+        r"^clients/(?P<durable_id>[^/]+)/cqs/(?P<name>[A-Za-z0-9._:-]{1,128})/close/$",
+        clients.cq_close,
+        name="cq_close",
     ),
     path("regions/", regions.regions, name="regions"),
     path("regions/<str:name>/", regions.region_detail, name="region"),

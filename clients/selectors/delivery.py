@@ -127,7 +127,8 @@ def cq_image_page(
 
 
 def cq_list(*, client: DurableClient) -> QuerySet[ContinuousQuery]:
-    """A client's continuous queries, by name (REST, the CLI, the admin)."""
+    """A client's continuous queries, by name (REST, the CLI, the admin,
+    the dashboard)."""
     return ContinuousQuery.objects.filter(client=client).order_by("name")
 
 

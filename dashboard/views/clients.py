@@ -1,12 +1,12 @@
 """Durable clients: the list, one client's page and its polled state,
-closing a client, removing one of its interests."""
+closing a client, removing one of its interests, closing one of its CQs."""
 
 import json
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
@@ -118,6 +118,7 @@ def client_detail(request: HttpRequest, durable_id: str) -> HttpResponse:
             client=client,
             queue_sizes=client_selectors.queue_sizes_of(client, own_node=own_node()),
             interests=client_selectors.interest_list(client=client),
+            cqs=client_selectors.cq_list(client=client),
             history=history,
             peek=peek,
             peek_next=peek_next,
@@ -203,6 +204,35 @@ def interest_remove(request: HttpRequest, durable_id: str, pk: int) -> HttpRespo
         )
     client_services.interest_delete(client=client, pk=pk)
     messages.success(request, "Interest removed.")
+    return redirect(back)
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def cq_close(request: HttpRequest, durable_id: str, name: str) -> HttpResponse:
+    """Close a client's CQ as an operator (as REST DELETE and ``durable
+    close-cq`` do): a 404 for a name the client does not hold."""
+    client = _client(request, durable_id)
+    if (
+        client is None
+        or not client_selectors.cq_list(client=client).filter(name=name).exists()
+    ):
+        raise Http404(f"{durable_id} holds no continuous query {name!r}")
+    back = reverse("dashboard:client", args=[durable_id])
+    if request.method == "GET":
+        return confirm_page(
+            request,
+            title=f"Close the continuous query {name}?",
+            message=(
+                f"{durable_id} gets no more events for {name}; a connected "
+                "client is told (cq_closed). Queued events lose its name, and "
+                "those no other CQ or interest of the client wants are dropped."
+            ),
+            button="Close the continuous query",
+            cancel=back,
+        )
+    client_services.cq_close(client=client, name=name, by_operator=True)
+    messages.success(request, f"Continuous query {name} closed.")
     return redirect(back)
 
 

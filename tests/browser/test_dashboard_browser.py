@@ -3,8 +3,10 @@
 An operator logs in, watches a durable client appear live when it connects,
 its state turn to disconnected with a running countdown when it goes away,
 its queue depth grow while events are written, then closes it from the page
-and the queue is gone from both hosts. A plain user is refused. Every page
-is saved as a screenshot (test-artifacts/screenshots/).
+and the queue is gone from both hosts. An operator closes one continuous
+query of a client that is away, and the queue count of the client's page,
+open in another tab, drops without a reload. A plain user is refused.
+Every page is saved as a screenshot (test-artifacts/screenshots/).
 """
 
 import re
@@ -214,4 +216,82 @@ def test_a_plain_user_is_refused(chromium, site, screenshots):
         })"""
     )
     assert code == 4403
+    page.context.close()
+
+
+def pending_is(count: int) -> str:
+    return f"document.querySelector('#client-pending').textContent.trim() === '{count}'"
+
+
+def test_operator_closes_a_cq_and_the_queue_drains_live(chromium, site, screenshots):
+    status, body = site.cluster.rest(
+        "POST", "/api/v1/regions/", site.operator_token, {"name": "orders"}
+    )
+    assert status == 201, body
+    desk = DurableClient(
+        [site.cluster.ws_url("node-1")],
+        durable_id="cq-desk",
+        redundancy=1,
+        timeout=900,
+        token=site.operator_token,
+    )
+    try:
+        desk.connect()
+        orders = desk.region("orders")
+        assert orders.register_cq("big", "value.total > 100", durable=True) == 0
+        assert orders.register_cq("eu", "value.zone = 'eu'", durable=True) == 0
+        desk.ready_for_events()
+    finally:
+        desk.close(keepalive=True)  # away: its CQs go on queueing
+    # o0..o9: "big" wants o4..o9, "eu" the even ones; 8 events are queued,
+    # and 6 once "eu" is closed (o0 and o2 were wanted by "eu" alone).
+    entries = {
+        f"o{i}": {"total": 30 * i, "zone": "eu" if i % 2 == 0 else "us"}
+        for i in range(10)
+    }
+    status, body = site.cluster.rest(
+        "POST",
+        "/api/v1/regions/orders/putall/",
+        site.operator_token,
+        {"entries": entries},
+    )
+    assert status == 200, body
+
+    client_page = f"{site.base}/dashboard/clients/cq-desk/"
+    watching = log_in(chromium, site, "ops", site.operator_password)
+    watching.goto(client_page)
+    watching.wait_for_function(pending_is(8))
+    assert watching.locator("#cqs tbody tr").count() == 2
+    watching.evaluate("window.notReloaded = true")
+    watching.screenshot(path=screenshots / "15-client-cqs.png", full_page=True)
+
+    # In another tab: close "eu" after its confirmation.
+    page = watching.context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(client_page)
+    page.click('#cqs tr[data-cq="eu"] a.close-cq')
+    page.wait_for_selector("#confirm")
+    assert "eu" in page.text_content("h1")
+    page.screenshot(path=screenshots / "16-confirm-close-cq.png", full_page=True)
+    page.click("#confirm")
+    page.wait_for_url(client_page)
+    assert "Continuous query eu closed." in page.text_content(".messages")
+    assert page.locator("#cqs tbody tr").count() == 1
+    assert page.text_content("#client-pending").strip() == "6"
+
+    # The first tab follows without a reload, and the copy on node-2 drains too.
+    watching.wait_for_function(pending_is(6))
+    both_drained = (
+        "/node-1: 6/.test(document.querySelector('#client-sizes').textContent)"
+        " && /node-2: 6/.test(document.querySelector('#client-sizes').textContent)"
+    )
+    watching.wait_for_function(both_drained)
+    assert watching.evaluate("window.notReloaded") is True
+    page.wait_for_function(both_drained)
+    page.screenshot(path=screenshots / "17-client-cq-closed.png", full_page=True)
+    status, body = site.cluster.rest(
+        "GET", "/api/v1/clients/cq-desk/cqs/", site.operator_token
+    )
+    assert status == 200, body
+    assert [cq["name"] for cq in body["results"]] == ["big"]
     page.context.close()

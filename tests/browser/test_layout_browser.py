@@ -1,7 +1,9 @@
 """The dashboard at a desktop's and a phone's width, the API's own pages, and
 the rate chart's gaps, in a real browser against a running 2-node cluster.
 
-At 390 px (a phone) no page is wider than the screen: the header spans it,
+At 390 px (a phone) no page is wider than the screen (the client's page
+with its interests, CQs and queue, the confirm pages, a region's Live
+view among them): the header spans it,
 a wide table scrolls inside its own box and the charts shrink with their
 column. The dashboard's API link leads to the API root, and from there to
 Swagger UI, with every file from the node itself. Every page is saved as a
@@ -25,6 +27,11 @@ pytestmark = [
 ]
 WAIT_MS = 60_000
 DURABLE_ID = "phone-width-app-with-a-long-durable-id"
+CQ_NAME = "wide-bids-at-the-venue-with-a-long-name"
+CQ_QUERY = (
+    "SELECT * FROM /prices p WHERE p.bid >= 3 AND p.venue LIKE 'xxxxxxxxxx%'"
+    " AND p.ask NOT IN (1, 2, 3) AND p.bid < 1000000"
+)
 WIDTHS = {"desktop": (1360, 900), "phone": (390, 844)}
 PAGES = {
     "cluster": "/dashboard/",
@@ -33,6 +40,8 @@ PAGES = {
     "confirm": f"/dashboard/clients/{DURABLE_ID}/close/",
     "regions": "/dashboard/regions/",
     "region": "/dashboard/regions/prices/",
+    "live": "/dashboard/regions/prices/live/",
+    "confirm-cq": f"/dashboard/clients/{DURABLE_ID}/cqs/{CQ_NAME}/close/",
 }
 
 
@@ -51,7 +60,8 @@ class Site:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: Any) -> Iterator[Site]:
     """Two nodes, a region with wide values, a durable client away with a
-    queue on both hosts: every table has rows."""
+    queue on both hosts and two CQs, one with a long query: every table has
+    rows."""
     cluster = Cluster(tmp_path_factory.mktemp("layout"))
     try:
         cluster.migrate()
@@ -69,7 +79,10 @@ def site(tmp_path_factory: Any) -> Iterator[Site]:
             token=site.token,
         )
         client.connect()
-        client.region("prices").register_all_keys(durable=True)
+        prices = client.region("prices")
+        prices.register_all_keys(durable=True)
+        prices.register_cq(CQ_NAME, CQ_QUERY, durable=True)
+        prices.register_cq("small", "value.bid < 3", durable=True)
         client.ready_for_events()
         client.close(keepalive=True)
         entries = {
@@ -127,6 +140,11 @@ def test_every_page_fits_the_screen(chromium, site, screenshots, width):
         if name in ("cluster", "client"):  # drawn once the numbers are in
             canvas = "chart-queued" if name == "cluster" else "chart-client"
             page.wait_for_function(f"Chart.getChart('{canvas}')")
+        if name == "client":
+            assert page.locator("#cqs tbody tr[data-cq]").count() == 2
+        if name == "live":  # the image drawn: a row per entry
+            page.wait_for_selector("#live-entries[data-live=true]")
+            assert page.locator("#live-entries tbody tr").count() == 12
         layout = page.evaluate(LAYOUT)
 
         assert layout["page"] <= layout["screen"], (name, layout)
@@ -138,8 +156,8 @@ def test_every_page_fits_the_screen(chromium, site, screenshots, width):
         page.screenshot(
             path=screenshots / f"10-{width}-{number}-{name}.png", full_page=True
         )
-    if width == "phone":  # the nodes, clients, interests, queue, entries
-        assert wide_tables >= 4
+    if width == "phone":  # the nodes, clients, interests, CQs, queue, entries...
+        assert wide_tables >= 5
     page.context.close()
 
 

@@ -24,6 +24,7 @@ from clients.matching import parse_selector
 from clients.models import (
     ClientHistory,
     ClientSample,
+    ContinuousQuery,
     DurableClient,
     Interest,
     LostQueue,
@@ -183,6 +184,12 @@ def register(client, region="prices", durable=True, **selector):
     )
 
 
+def cq(client, name, query, region="prices", durable=True):
+    return client_services.cq_register(
+        client=client, name=name, region=region, query=query, durable=durable
+    )
+
+
 def disconnect(client, channel="ch-1"):
     client_services.client_disconnected(client_id=client.id, socket_id=channel)
     client.refresh_from_db()
@@ -209,6 +216,7 @@ PAGES = [
     ("client_state", "/dashboard/clients/d1/state.json", False),
     ("client_close", "/dashboard/clients/d1/close/", True),
     ("interest_remove", "/dashboard/clients/d1/interests/{pk}/remove/", True),
+    ("cq_close", "/dashboard/clients/d1/cqs/big/close/", True),
     ("regions", "/dashboard/regions/", True),
     ("region", "/dashboard/regions/prices/", True),
     ("region_live", "/dashboard/regions/prices/live/", False),
@@ -222,9 +230,11 @@ POST_DATA = {"key": "a", "value": "2", "name": "new-region"}
 
 @pytest.fixture
 def world(user, region):
-    """A connected durable client d1 with one interest; prices:a = 1."""
+    """A connected durable client d1 with one interest and one CQ, big;
+    prices:a = 1."""
     client = hello(user).client
     (interest,) = register(client, keys=["a"])
+    cq(client, "big", "value > 5")
     cache_services.entry_put(region="prices", key="a", value=1)
     return {"client": client, "interest": interest}
 
@@ -234,6 +244,7 @@ def snapshot():
     return {
         "clients": list(DurableClient.objects.values_list("durable_id", flat=True)),
         "interests": list(Interest.objects.values_list("pk", flat=True)),
+        "cqs": list(ContinuousQuery.objects.values_list("pk", flat=True)),
         "regions": list(Region.objects.values_list("name", flat=True)),
         "entries": list(Entry.objects.values_list("key", "value", "is_destroyed")),
         "events": Event.objects.count(),
@@ -346,10 +357,11 @@ def strict(operator):
     ("path", "data"),
     [
         ("/dashboard/clients/d1/close/", {}),
+        ("/dashboard/clients/d1/cqs/big/close/", {}),
         ("/dashboard/regions/prices/clear/", {}),
         ("/dashboard/regions/prices/", {"key": "b", "value": "2"}),
     ],
-    ids=["close-client", "clear-region", "put-entry"],
+    ids=["close-client", "close-cq", "clear-region", "put-entry"],
 )
 def test_a_post_without_the_csrf_token_is_refused(
     world, strict, path, data, django_capture_on_commit_callbacks
@@ -625,9 +637,26 @@ def test_client_page_lists_its_interests(user, op, region):
     ]
 
 
+def test_client_page_lists_its_cqs_with_a_close_link(user, op, region):
+    client = hello(user).client
+    cq(client, "small", "value.qty < 5", durable=False)
+    cq(client, "big", "SELECT * FROM /prices p WHERE p.qty > 100")
+    page = dom(op.get("/dashboard/clients/d1/"))
+    rows = body_rows(page, "cqs")
+    assert [cells(r)[:4] for r in rows] == [
+        ["big", "prices", "SELECT * FROM /prices p WHERE p.qty > 100", "durable"],
+        ["small", "prices", "value.qty < 5", "not durable"],
+    ]
+    assert [r.find("a").attrs["href"] for r in rows] == [
+        "/dashboard/clients/d1/cqs/big/close/",
+        "/dashboard/clients/d1/cqs/small/close/",
+    ]
+
+
 def test_client_page_without_interests_says_so(user, op):
     hello(user)
     page = dom(op.get("/dashboard/clients/d1/"))
+    assert page.by_id("cqs").find("tbody").text() == "No continuous query."
     assert page.by_id("interests").find("tbody").text() == "No interest."
     assert page.by_id("queue").find("tbody").text() == "Empty."
 
@@ -810,6 +839,67 @@ def test_remove_an_interest(user, op, region):
     assert list(Interest.objects.values_list("pk", flat=True)) == [second.pk]
     rows = body_rows(dom(response), "interests")
     assert [cells(r)[2] for r in rows] == ["b"]
+
+
+def test_close_a_cq_as_an_operator(
+    user, op, region, monkeypatch, django_capture_on_commit_callbacks
+):
+    told = []
+    monkeypatch.setattr("queues.notify.cq_closed", lambda *args: told.append(args))
+    client = hello(user).client
+    register(client, keys=["a"])
+    cq(client, "big", "value > 5")
+    cq(client, "all", "value > 0")
+    cache_services.entry_put(region="prices", key="a", value=9)  # all three
+    cache_services.entry_put(region="prices", key="b", value=7)  # two CQs
+    cache_services.entry_put(region="prices", key="c", value=3)  # "all" only
+    fanout.fanout_node(HERE)
+    assert queue_selectors.queue_size(client_id=client.id) == 3
+    path = "/dashboard/clients/d1/cqs/all/close/"
+    page = confirm_page(op, path, "Close the continuous query all?")
+    assert page.find("a", class_="button").attrs["href"] == "/dashboard/clients/d1/"
+    assert ContinuousQuery.objects.filter(name="all").exists()  # not yet
+    with django_capture_on_commit_callbacks(execute=True):
+        response = op.post(path)
+    assert response.status_code == 302
+    assert response["Location"] == "/dashboard/clients/d1/"
+    response = op.get(response["Location"])
+    assert notes(response) == ["Continuous query all closed."]
+    assert list(ContinuousQuery.objects.values_list("name", flat=True)) == ["big"]
+    assert told == [(client.id, "all", HERE)]  # connected: told at once
+    # c was queued for "all" alone: dropped; a and b stay, without its name.
+    assert [
+        (e.key, e.cq)
+        for e in queue_selectors.queue_entries_after(
+            client_id=client.id, after=0, limit=10
+        )
+    ] == [
+        ("a", [{"name": "big", "cq_op": "create"}]),
+        ("b", [{"name": "big", "cq_op": "create"}]),
+    ]
+    page = dom(response)
+    assert page.by_id("client-pending").text() == "2"
+    assert [cells(r)[0] for r in body_rows(page, "cqs")] == ["big"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/dashboard/clients/d1/cqs/nope/close/",  # not held
+        "/dashboard/clients/d2/cqs/big/close/",  # another client's
+        "/dashboard/clients/gone/cqs/big/close/",  # no such client
+        "/dashboard/clients/d1/cqs/bad%20name/close/",  # no CQ has that name
+    ],
+)
+def test_closing_a_cq_the_client_does_not_hold_is_a_404(
+    user, other_user, op, region, path
+):
+    cq(hello(user).client, "big", "value > 5")
+    hello(other_user, "d2", socket_id="ch-2")
+    before = snapshot()
+    assert op.get(path).status_code == 404
+    assert op.post(path).status_code == 404
+    assert snapshot() == before
 
 
 def test_removing_an_unknown_interest_changes_nothing(user, other_user, op, region):

@@ -15,7 +15,14 @@ from cache.models import Entry, Event, EventLog, Node, Region
 from clients import fanout
 from clients import services as client_services
 from clients.matching import parse_selector
-from clients.models import DurableClient, Interest, LostQueue, QueueSizeReport
+from clients.models import (
+    ContinuousQuery,
+    DurableClient,
+    Interest,
+    LostQueue,
+    QueueSizeReport,
+)
+from queues import notify
 from queues.models import FanoutCursor, QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
@@ -28,6 +35,7 @@ OURS = [
     Node,
     DurableClient,
     Interest,
+    ContinuousQuery,
     LostQueue,
     QueueSizeReport,
     QueueState,
@@ -94,12 +102,16 @@ def world(user, region):
     cache_services.entry_put(region="prices", key="pear", value=4)
     fanout.fanout_node("node-1")
     QueueSizeReport.objects.create(client=client, node="node-1", size=1)
+    cq = client_services.cq_register(
+        client=client, name="big", region="prices", query="value > 3", durable=True
+    )
     lost = LostQueue.objects.create(
         durable_id="old-orders", owner=user, reason="expired"
     )
     return {
         "client": client,
         "interest": interest,
+        "cq": cq,
         "entry": entry,
         "lost": lost,
         "state": QueueState.objects.get(pk=client.id),
@@ -131,6 +143,7 @@ CHANGELISTS = [
     (Node, "node", {"status": "down"}, "node-9"),
     (DurableClient, "ord", {"is_connected__exact": "1"}, "orders"),
     (Interest, "apple", {"kind__exact": "key"}, "apple"),
+    (ContinuousQuery, "orders", {"is_durable__exact": "1"}, "value &gt; 3"),
     (LostQueue, "old", {"reason": "expired"}, "old-orders"),
     (QueueSizeReport, "orders", {"node": "node-1"}, "orders"),
     (QueueState, "orders", {"is_synced__exact": "1"}, "orders"),
@@ -175,6 +188,7 @@ def test_every_registered_model_of_ours_has_a_changelist_test():
         "up",
         "client",
         "interest",
+        "cq",
         "lost",
         "report",
         "state",
@@ -195,6 +209,8 @@ def test_region_change_page_is_view_only(browser, region):
 
 def test_system_written_rows_cannot_be_added(browser, world):
     for model in (Entry, Event, Node, DurableClient, Interest, QueueState):
+        assert browser.get(url(model, "add")).status_code == 403, model
+    for model in (ContinuousQuery,):
         assert browser.get(url(model, "add")).status_code == 403, model
 
 
@@ -406,6 +422,84 @@ def test_delete_selected_interests(browser, world):
     )
     assert notes(response) == ["Deleted 1 interest."]
     assert not Interest.objects.exists()
+
+
+# -- continuous queries ----------------------------------------------------------
+
+
+@pytest.fixture
+def closed_cqs(monkeypatch):
+    """The unsolicited ``cq_closed`` each operator's close sends."""
+    sent = []
+    monkeypatch.setattr(notify, "cq_closed", lambda *args: sent.append(args))
+    return sent
+
+
+def queued(client):
+    return [
+        (e.key, e.cq)
+        for e in QueueEntry.objects.filter(queue_id=client.pk).order_by("seq")
+    ]
+
+
+def test_client_page_lists_its_cqs_read_only(browser, world):
+    page = body(browser.get(url(DurableClient, "change", world["client"].pk)))
+    assert "Continuous queries (close them from their own page)" in page
+    assert "value &gt; 3" in page
+    assert 'name="cqs-0-query"' not in page  # no form field: nothing to edit
+
+
+def test_cq_change_page_has_no_form_to_edit_the_query(browser, world):
+    page = body(browser.get(url(ContinuousQuery, "change", world["cq"].pk)))
+    assert 'name="_save"' not in page
+    assert 'name="query"' not in page
+    assert (
+        browser.post(
+            url(ContinuousQuery, "change", world["cq"].pk), {"query": "true"}
+        ).status_code
+        == 403
+    )
+    assert ContinuousQuery.objects.get().query == "value > 3"
+
+
+def test_close_cqs_action_goes_through_cq_close_as_an_operator(
+    browser, world, closed_cqs, django_capture_on_commit_callbacks
+):
+    client, cq = world["client"], world["cq"]
+    cache_services.entry_put(region="prices", key="plum", value=5)  # CQ only
+    cache_services.entry_put(region="prices", key="apple", value=6)  # both
+    fanout.fanout_node("node-1")
+    assert queued(client)[1:] == [
+        ("plum", [{"name": "big", "cq_op": "create"}]),
+        ("apple", [{"name": "big", "cq_op": "create"}]),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = act(browser, ContinuousQuery, "close_cqs", [cq])
+    assert notes(response) == ["Closed 1 continuous query."]
+    assert not ContinuousQuery.objects.exists()
+    assert closed_cqs == [(client.pk, "big", client.node)]  # connected: told
+    # "plum" was wanted by the CQ alone and goes; "apple" loses its name.
+    assert queued(client) == [("apple", None), ("apple", None)]
+    assert DurableClient.objects.filter(pk=client.pk).exists()
+
+
+def test_cq_delete_page_closes_it_through_the_service(
+    browser, world, closed_cqs, django_capture_on_commit_callbacks
+):
+    cq = world["cq"]
+    confirm = body(browser.get(url(ContinuousQuery, "delete", cq.pk)))
+    assert "Are you sure" in confirm
+    with django_capture_on_commit_callbacks(execute=True):
+        response = browser.post(url(ContinuousQuery, "delete", cq.pk), {"post": "y"})
+    assert response.status_code == 302
+    assert not ContinuousQuery.objects.exists()
+    assert closed_cqs == [(cq.client.pk, "big", cq.client.node)]
+
+
+def test_cq_changelist_offers_close_not_delete_selected(browser, world):
+    page = body(browser.get(url(ContinuousQuery)))
+    assert "Close selected CQs" in page
+    assert "delete_selected" not in page
 
 
 def test_lost_queue_rows_can_be_deleted(browser, world):

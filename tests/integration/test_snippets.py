@@ -81,6 +81,9 @@ RUN = [
     ("README.md", "class Printer(CacheListener)"),
     ("README.md", "api/v1/clients/my-app/"),
     ("README.md", "kill -KILL"),
+    ("README.md", '"name": "orders"'),
+    ("README.md", "class BigOrders(CqListener)"),
+    ("README.md", "regions/orders/entries/A1/"),
     ("docs/operations.md", "python manage.py migrate"),
     ("sdk/python/README.md", 'durable_id="billing-worker-1"'),
     ("sdk/python/README.md", "AsyncDurableClient("),
@@ -417,6 +420,22 @@ def test_readme_try_it_and_failover_as_printed(cluster, terminal):
     again_at = cluster.wait_line(r"^starting node-2 again$", after=exited)
     cluster.wait_line(rf"^node-2 {cluster.url('node-2')} ready$", after=again_at)
     assert watched.interrupt() == 0
+
+
+def test_readme_cq_as_printed(cluster, terminal):
+    readme = "README.md"
+    created = json.loads(terminal.run(find(readme, '"name": "orders"')))
+    assert created["name"] == "orders"
+    desk = terminal.start(find(readme, "class BigOrders(CqListener)"))
+    writes = find(readme, "regions/orders/entries/A1/")
+    printed = output_after(writes)
+    # Its first line, before the writes (the prose says so).
+    assert_printed(printed[0], desk.next_line(), cluster)
+    assert printed[0] == "0 order(s) in the result"
+    assert terminal.run(writes) == ""
+    for expected in printed[1:]:
+        assert_printed(expected, desk.next_line(), cluster)
+    assert desk.press_enter() == 0
 
 
 def test_sdk_readme_as_printed(cluster, terminal):
