@@ -653,6 +653,20 @@ def test_client_page_lists_its_cqs_with_a_close_link(user, op, region):
     ]
 
 
+def test_client_page_queue_shows_each_events_cq_list(user, op, region):
+    client = hello(user).client
+    cq(client, "big", "value.qty > 5")
+    cq(client, "any", "value.qty > 0")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 2})
+    fanout.fanout_node(HERE)
+    page = dom(op.get("/dashboard/clients/d1/"))
+    assert [cells(r)[6] for r in body_rows(page, "queue")] == [
+        "any create, big create",
+        "any update, big destroy",
+    ]
+
+
 def test_client_page_without_interests_says_so(user, op):
     hello(user)
     page = dom(op.get("/dashboard/clients/d1/"))

@@ -157,6 +157,10 @@
       $("#client-secondaries").textContent = (s.secondaries.join(", ") || "—") + (s.syncing.length ? " (filling: " + s.syncing.join(", ") + ")" : "");
       if (chart) {
         chart.data.datasets = [{ label: s.durable_id, data: s.series.map((p) => ({ x: Date.parse(p.at), y: p.size })), borderColor: palette[0], pointRadius: 0 }];
+        // The caption's 30 minutes, up to now, whatever the samples: a new
+        // client (no samples yet) gets a time axis, not Chart.js's 0..1.
+        chart.options.scales.x.max = Date.now();
+        chart.options.scales.x.min = chart.options.scales.x.max - 30 * 60 * 1000;
         chart.update();
       }
     }).catch(() => {});
