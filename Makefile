@@ -6,9 +6,9 @@ NODES ?= 3
 PORT ?= 8000
 DATA_DIR ?= $(or $(DURABLECACHE_DATA_DIR),var)
 
-.PHONY: install run test test-stock test-js lint format clean
+.PHONY: install run test test-stock test-js check-deploy lint format clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt sdk/python/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-embedded.txt requirements-dev.txt sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
@@ -42,10 +42,17 @@ format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-test: lint browser test-js
+test: lint browser test-js check-deploy
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py check
 	$(PY) -m pytest
+
+# Django's deployment checks with a production-shaped environment
+# (tests/deploy.env: DEBUG off, a real-looking key, behind a TLS proxy):
+# any warning fails. In a subshell, so the rest of the environment stays.
+check-deploy: install
+	@(set -a; . tests/deploy.env; set +a; \
+	  $(PY) manage.py check --deploy --fail-level WARNING)
 
 # The TypeScript client's unit tests (Node >= 20 and npm); skipped with the
 # reason where npm is missing, except in CI (DURABLECACHE_REQUIRE_BROWSER=1).

@@ -106,9 +106,16 @@ class Node(models.Model):
     # log is pruned below the smallest of the nodes that still need it
     # (clients.maintenance.prune_event_log).
     fanout_through = models.BigIntegerField(default=0)
-    # Event frames this node's sockets have sent, ever (the dashboard's
-    # delivery rate); added to by each Daphne process every few seconds.
+    # Monotonic totals of this node, added to by each of its processes
+    # every few seconds (cache.counters), read by /metrics: event frames
+    # its sockets sent (also the dashboard's delivery rate), events its
+    # sockets' acks removed, failovers and expiries it carried out, and
+    # rows its fan-out queued that name a CQ.
     delivered_total = models.BigIntegerField(default=0)
+    acked_total = models.BigIntegerField(default=0)
+    failovers_total = models.BigIntegerField(default=0)
+    expiries_total = models.BigIntegerField(default=0)
+    cq_events_total = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]

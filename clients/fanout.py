@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connections, transaction
 
+from cache import counters
 from cache import selectors as cache_selectors
 from clients import dispatch, selectors
 from clients.cq_matching import RegionCqs
@@ -161,6 +162,9 @@ def fanout_node(node: str | None = None) -> int:
             )
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
+        counters.counter.add(
+            node, sum(len(per) for per in cqs.values()), counters.CQ_EVENTS
+        )
         for event in events:
             if event.op == "region_destroy":
                 # Its CQs close, on every host from this seq on.

@@ -4,13 +4,19 @@ recorded by the services and shown, live, on the operators' dashboard."""
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from cache import counters
 from clients.models import ClientHistory, DurableClient
 from queues import notify
 
 HISTORY_RETENTION = timedelta(days=7)
+
+# Kinds also counted on the node's row (cache.counters), by the node that
+# recorded them, once committed.
+_COUNTED = {"failover": counters.FAILOVERS, "expired": counters.EXPIRIES}
 
 
 def record(
@@ -39,7 +45,11 @@ def record_many(
     )
     updates = [state_of(client, kind) for client in durable]
 
+    counted = _COUNTED.get(kind)
+
     def tell_dashboards() -> None:
+        if counted is not None:
+            counters.counter.add(settings.DURABLECACHE_NODE_NAME, len(durable), counted)
         for update in updates:
             notify.dashboard(update)
 

@@ -57,6 +57,17 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean, got {raw!r}")
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return the variable, lower-cased, if it is one of ``choices``."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in choices:
+        allowed = ", ".join(choices)
+        raise ImproperlyConfigured(f"{name} must be one of {allowed}, got {raw!r}")
+    return raw
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     """Return a comma-separated variable as a list of non-empty items."""
     raw = os.environ.get(name, "")

@@ -6,9 +6,12 @@ middleware like Django's own.
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from common import logs
 
 Handler = Callable[[HttpRequest], HttpResponse]
 
@@ -36,3 +39,29 @@ class BodySizeLimitMiddleware:
             },
             status=413,
         )
+
+
+class DurableIdLogMiddleware:
+    """A request on ``clients/{id}/…`` logs with that durable id
+    (common.logs), for that request only."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        token = logs.durable_id.set(None)
+        try:
+            return self.get_response(request)
+        finally:
+            logs.durable_id.reset(token)
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        durable_id = kwargs.get("durable_id")
+        if isinstance(durable_id, str):
+            logs.durable_id.set(durable_id)

@@ -11,6 +11,7 @@ import django_stubs_ext
 from durablecache.env import (
     database_config,
     env_bool,
+    env_choice,
     env_float,
     env_int,
     env_list,
@@ -58,6 +59,7 @@ MIDDLEWARE = [
     # itself, straight from the apps (no collectstatic needed).
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "durablecache.middleware.BodySizeLimitMiddleware",
+    "durablecache.middleware.DurableIdLogMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -250,12 +252,64 @@ DURABLECACHE_ACK_RELAY_S = env_float("DURABLECACHE_ACK_RELAY_S", 0.25, minimum=0
 DURABLECACHE_HANDOVER_S = env_float("DURABLECACHE_HANDOVER_S", 15.0, minimum=0.0)
 DURABLECACHE_PROBE_PEERS = env_bool("DURABLECACHE_PROBE_PEERS", True)
 
+# /readyz/: how long each of its checks may take (durablecache.readiness).
+DURABLECACHE_READY_TIMEOUT_S = env_float(
+    "DURABLECACHE_READY_TIMEOUT_S", 2.0, minimum=0.05
+)
+
+# Behind a TLS-terminating proxy (docs/operations.md#behind-a-tls-proxy).
+# Every default suits plain http on 127.0.0.1 (make run): no proxy header
+# trusted, cookies sent over http, no redirect, no HSTS.
+DURABLECACHE_BEHIND_TLS_PROXY = env_bool("DURABLECACHE_BEHIND_TLS_PROXY", False)
+DURABLECACHE_PROXY_SSL_HEADER = env_str(
+    "DURABLECACHE_PROXY_SSL_HEADER", "X-Forwarded-Proto"
+)
+if DURABLECACHE_BEHIND_TLS_PROXY:
+    # Trusted only behind a proxy that sets (or strips) this header itself.
+    SECURE_PROXY_SSL_HEADER = (
+        "HTTP_" + DURABLECACHE_PROXY_SSL_HEADER.upper().replace("-", "_"),
+        "https",
+    )
+SESSION_COOKIE_SECURE = env_bool(
+    "DURABLECACHE_SECURE_COOKIES", DURABLECACHE_BEHIND_TLS_PROXY
+)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("DURABLECACHE_SSL_REDIRECT", False)
+# runnode's start-up probe and Prometheus reach a node over plain http.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^readyz/$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("DURABLECACHE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DURABLECACHE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DURABLECACHE_HSTS_PRELOAD", False)
+CSRF_TRUSTED_ORIGINS = env_list("DURABLECACHE_CSRF_TRUSTED_ORIGINS")
+
+# Logs: `text` (one plain line each) or `json` (one JSON object per line,
+# python-json-logger). Every record carries the node's name and, where
+# there is one, the durable id being handled (common.logs).
+DURABLECACHE_LOG_FORMAT = env_choice(
+    "DURABLECACHE_LOG_FORMAT", "text", ("text", "json")
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"context": {"()": "common.logs.ContextFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": ["levelname", "name", "node", "message"],
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": "timestamp",
+        },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": DURABLECACHE_LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", "WARNING")},
 }
+# The Celery worker logs through the LOGGING above when it is JSON; with
+# text it keeps Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = DURABLECACHE_LOG_FORMAT == "text"

@@ -13,6 +13,7 @@ from durablecache import views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz/", views.healthz, name="healthz"),
+    path("readyz/", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("dashboard/", include("dashboard.urls")),
     path("api/v1/", ApiRootView.as_view(), name="api-root"),

@@ -24,10 +24,12 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from cache import counters
 from cache.services import WrittenEvent
 from clients import replication, services
 from clients.exceptions import ClientConnectedError, ClientOwnedError
 from clients.matching import parse_bool
+from common import logs
 from common.errors import DomainError, ValidationError
 from queues import selectors as queue_selectors
 from sockets import (
@@ -188,6 +190,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if self.client is not None:
             raise ValidationError("hello was already sent")
         options = services.parse_hello_options(frame)
+        # This socket's task (and what it calls) logs with its durable id.
+        logs.durable_id.set(options["durable_id"])
         try:
             result = await holding.hello(
                 user=self.scope["user"], socket_id=self.socket_id, options=options
@@ -258,7 +262,8 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
             raise protocol.NotReadyError("ack before ready")
         up_to = protocol.ack_up_to(frame, sent_through=self.stream.sent_through)
         client = self._held()
-        await delivery_rounds.batcher().ack(client_id=client.id, up_to=up_to)
+        acked = await delivery_rounds.batcher().ack(client_id=client.id, up_to=up_to)
+        counters.counter.add(self.node, acked, counters.ACKED)
         if client.is_durable:
             replication.ack_relay.add(client.id, up_to)
 

@@ -17,8 +17,9 @@ from channels.db import database_sync_to_async as db
 from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
+from cache import counters
 from clients import selectors
-from sockets import delivered, delivery_rounds, protocol, wakeups, wire
+from sockets import delivery_rounds, protocol, wakeups, wire
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class Stream:
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]
-        delivered.counter.add(self.socket.node, len(rows))
+        counters.counter.add(self.socket.node, len(rows))
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
         """Rows after what was sent; those that may conflate are marked

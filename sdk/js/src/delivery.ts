@@ -3,7 +3,7 @@
  * gaps, the server's resync images, unsolicited `cq_closed` and `error`.
  * Events reach the cache and the listeners in order, once (duplicate ids
  * are dropped), and are acked cumulatively every `ackInterval`.
- * DESIGN.md §3 and §6.
+ * docs/protocol.md, "Delivery rules"; README.md, "Behaviour".
  */
 
 import type { CqState } from "./cq.js";
@@ -164,7 +164,7 @@ export class Delivery {
   }
 
   /**
-   * The queue overflowed (§3.2). The server resyncs by itself after this
+   * The queue overflowed (README.md, "Behaviour"). The server resyncs by itself after this
    * frame; every registration is also sent again with `since` (the last
    * seq delivered, else the gap's), which recovers the same keys from the
    * current entries, so nothing depends on the server's resync alone.

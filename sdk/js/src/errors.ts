@@ -1,6 +1,6 @@
 /**
- * Errors raised by the client. Error codes and close codes: DESIGN.md §3
- * (websocket protocol v1); which close codes end the client: README.md.
+ * Errors raised by the client. Error codes and close codes: docs/protocol.md,
+ * "Errors and close codes"; which close codes end the client: README.md.
  */
 
 /** An `error` frame the server sent in reply to a request, or a client failure. */

@@ -1,6 +1,7 @@
 /**
  * The objects handed to the application, parsed from server frames, and the
- * listener interfaces. Frame shapes: DESIGN.md §3. Unknown frame fields are
+ * listener interfaces. Frame shapes: docs/protocol.md,
+ * "Server → client frames". Unknown frame fields are
  * ignored so an older client keeps working against a newer server; a new
  * field the client should expose is added to the matching parser here.
  */
@@ -21,7 +22,7 @@ export type CqOp = "create" | "update" | "destroy" | "region_clear" | "region_de
 /** Result policy of an interest's initial image. */
 export type Policy = "keys_values" | "keys" | "none";
 
-/** A queue overflow the server recorded (§3.2): changes after `since` may be missing. */
+/** A queue overflow the server recorded (README.md, "Behaviour"): changes after `since` may be missing. */
 export interface Gap {
   readonly since: number;
   readonly dropped: number;
@@ -68,7 +69,7 @@ export interface CqMatch {
 /**
  * One change. `isReplay` is the frame's `replay`. A resync event
  * (`isResync`) stands for a change the client missed and recovered by key
- * (§3.2); it is not an event of the log, so its `id` and `seq` are null.
+ * (README.md, "Behaviour"); it is not an event of the log, so its `id` and `seq` are null.
  */
 export interface EntryEvent {
   readonly id: string | null;

@@ -1,5 +1,6 @@
 /**
- * Applying `image` chunks (DESIGN.md §3, §3.1, §3.2) to a region's cache or
+ * Applying `image` chunks (docs/protocol.md, "register_interest" and
+ * "register_cq"; README.md, "Behaviour") to a region's cache or
  * a CQ's result set, in one of three modes:
  *
  * - `silent`: a registration's image; fills the cache, tells no listener.

@@ -1,6 +1,6 @@
 /**
  * durablecache-client: durable subscriptions to durablecache regions over
- * websockets, for browsers and Node. Usage: README.md; protocol: DESIGN.md §3.
+ * websockets, for browsers and Node. Usage: README.md; protocol: docs/protocol.md.
  */
 
 export { DurableClient } from "./client.js";

@@ -44,7 +44,7 @@ export interface DurableClientOptions {
   readonly onReconnect?: (welcome: Welcome) => unknown;
   /** A `marker` ended a replay. */
   readonly onMarker?: (marker: Marker) => unknown;
-  /** The queue overflowed (§3.2); the client recovers by key on its own. */
+  /** The queue overflowed (README.md, "Behaviour"); the client recovers by key on its own. */
   readonly onGap?: (gap: Gap) => unknown;
   /** A fatal close or error stopped the client after `connect()` resolved. */
   readonly onFatal?: (error: Error) => unknown;

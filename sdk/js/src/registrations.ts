@@ -1,6 +1,7 @@
 /**
  * What the application registered, kept to be sent again on every new
- * socket (registering is idempotent on the server, DESIGN.md §3).
+ * socket (registering is idempotent on the server, docs/protocol.md,
+ * "register_interest → image … interest_registered").
  */
 
 import type { JsonObject, Policy } from "./events.js";

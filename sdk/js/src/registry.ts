@@ -1,7 +1,7 @@
 /**
  * The interests and CQs the application registered, sent again on every
  * new socket (idempotent on the server), and the key-aware recovery of
- * DESIGN.md §3.2: registering again with `since`, or with a full image
+ * README.md, "Behaviour": registering again with `since`, or with a full image
  * when `since` is unknown or too old.
  */
 

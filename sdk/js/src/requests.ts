@@ -1,7 +1,8 @@
 /**
  * Application requests: sent on the live session with an `id`, matched to
  * their reply, and sent again on the next session when the socket carrying
- * them goes first, all within `requestTimeout`. DESIGN.md §3.
+ * them goes first, all within `requestTimeout`. docs/protocol.md,
+ * "Client → server frames".
  */
 
 import { deferred, type Deferred } from "./deferred.js";

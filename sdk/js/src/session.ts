@@ -1,7 +1,7 @@
 /**
  * One websocket session, from `hello` to its close: opening it (following
  * `redirect`), requests matched to their replies by `id`, and the
- * per-socket state (acks, ready, marker). DESIGN.md §3.
+ * per-socket state (acks, ready, marker). docs/protocol.md, "Client → server frames".
  */
 
 import {

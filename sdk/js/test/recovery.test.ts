@@ -1,4 +1,4 @@
-/** Key-aware recovery (DESIGN.md §3.2): gaps, `since`, `since_too_old`, lost queues. */
+/** Key-aware recovery (README.md, "Behaviour"): gaps, `since`, `since_too_old`, lost queues. */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

@@ -1,0 +1,83 @@
+"""Per-node counters kept on the node's row in the cluster database.
+
+``Node`` carries monotonic totals (events delivered to sockets, events
+acked, failovers, expiries, queued events naming a CQ) for ``/metrics``
+and the dashboard's charts. The paths that count them (a socket's send, an
+ack round, a fan-out pass, a failover or expiry) add to this process's
+tally: a lock and an addition, not a statement. Each process (every Daphne
+process and the Celery worker of a node) adds its tally to the row every
+``FLUSH_S`` from a thread of its own, in one UPDATE. A process that dies
+loses at most its last ``FLUSH_S`` of counts
+(docs/decisions/0024-counters-on-the-node-row.md).
+"""
+
+import atexit
+import contextlib
+import threading
+import time
+from collections import Counter
+
+from django.db import close_old_connections
+from django.db.models import F
+
+from cache.models import Node
+
+FLUSH_S = 2.0
+
+DELIVERED = "delivered_total"
+ACKED = "acked_total"
+FAILOVERS = "failovers_total"
+EXPIRIES = "expiries_total"
+CQ_EVENTS = "cq_events_total"
+FIELDS = (DELIVERED, ACKED, FAILOVERS, EXPIRIES, CQ_EVENTS)
+
+
+class NodeCounters:
+    """This process's tallies per node, flushed to the nodes' rows."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter[str]] = {}
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def add(self, node: str, n: int, field: str = DELIVERED) -> None:
+        """Count ``n`` more of ``field`` for ``node`` (flushed later)."""
+        if n <= 0:
+            return
+        with self.lock:
+            self.counts.setdefault(node, Counter())[field] += n
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="node-counters", daemon=True
+                )
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(FLUSH_S)
+            self.flush()
+            with contextlib.suppress(Exception):
+                close_old_connections()
+
+    def flush(self) -> None:
+        """Add every tally to its node's row now (one UPDATE per node); a
+        tally whose UPDATE fails is kept for the next flush."""
+        with self.lock:
+            counts, self.counts = self.counts, {}
+        for node, fields in counts.items():
+            try:
+                Node.objects.filter(name=node).update(
+                    **{field: F(field) + n for field, n in fields.items()}
+                )
+            except Exception:  # a counter is not worth a retry storm
+                with self.lock:
+                    self.counts.setdefault(node, Counter()).update(fields)
+
+
+counter = NodeCounters()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    with contextlib.suppress(Exception):
+        counter.flush()
