@@ -8,7 +8,7 @@ tally: a lock and an addition, not a statement. Each process (every Daphne
 process and the Celery worker of a node) adds its tally to the row every
 ``FLUSH_S`` from a thread of its own, in one UPDATE. A process that dies
 loses at most its last ``FLUSH_S`` of counts
-(docs/decisions/0024-counters-on-the-node-row.md).
+(docs/decisions/0025-counters-on-the-node-row.md).
 """
 
 import atexit
