@@ -14,6 +14,7 @@ from clients.services.cqs import (
     cq_forget_here,
     cq_register,
     cq_register_by_client_id,
+    cqs_forget_pending,
 )
 from clients.services.expiry import clients_expire
 from clients.services.hello import (
@@ -65,6 +66,7 @@ __all__ = [
     "cq_forget_here",
     "cq_register",
     "cq_register_by_client_id",
+    "cqs_forget_pending",
     "interest_delete",
     "interest_register",
     "interest_register_by_client_id",

@@ -33,6 +33,7 @@ from clients.placement import (
     top_up,
 )
 from clients.replication import save_placement, start_copies
+from clients.services.cqs import cqs_forget_pending
 from clients.services.ownership import queues_drop_after_commit
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
@@ -114,6 +115,7 @@ def client_hello(*, user: Any, socket_id: str, options: dict[str, Any]) -> Hello
                 return elsewhere
         if draining:
             raise NodeDrainingError(f"{node} is shutting down")
+        known = client is not None
         returning = client is not None and client.is_durable
         lost = _lost_queue_told(durable_id, user)
         if client is None:
@@ -123,6 +125,10 @@ def client_hello(*, user: Any, socket_id: str, options: dict[str, Any]) -> Hello
             _queue_start_afresh(client, node)
         added = _attach_here(client, socket_id, options, members, now)
         history.record(client, "connected", detail="queue lost" if lost else "")
+        # A CQ closed while this host missed its forget: drained before
+        # the queue is counted and served from here.
+        if known:
+            cqs_forget_pending(node=node, client_id=client.id)
         pending = _queue_created(client)
     _queue_ready(client, added, node, pending)
     if lost or (returning and pending == NO_QUEUE):
