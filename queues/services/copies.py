@@ -166,10 +166,14 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         # A page without the field (from a node that does not send it): an
         # update may conflate unless the queue never does (in mode "server"
         # its region decides, which the page does not say; a mark too many
-        # is harmless). A page of another mode is reclassified in the
-        # copy's (``queue_copy_in``).
+        # is harmless), nor one naming a CQ for which it is not an update
+        # (an entered or left event never conflates). A page of another
+        # mode is reclassified in the copy's (``queue_copy_in``).
         conflates=data.get(
-            "conflates", data["op"] == "update" and state.conflate != "false"
+            "conflates",
+            data["op"] == "update"
+            and state.conflate != "false"
+            and all(c.get("cq_op") == "update" for c in data.get("cq") or []),
         ),
         cq=data.get("cq"),
     )

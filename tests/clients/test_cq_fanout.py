@@ -228,3 +228,71 @@ def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
     assert copied["cq"] == [{"name": "big", "cq_op": "create"}]
     state = queue_selectors.queue_get(client_id=client.id)
     assert copies._entry_from_copy(state, copied).cq == copied["cq"]
+
+
+@pytest.mark.parametrize("conflate", ["true", True])
+def test_a_mode_turned_conflating_while_away_conflates_update_only_cq_rows(
+    user, region, conflate
+):
+    """Rows queued while the client did not conflate take the new mode at
+    its next hello: an update whose ``cq_op``s are all ``update`` may go,
+    an entered or left one never."""
+    client = _hello_as(user, "c", conflate="false")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    for qty in (1, 7, 8):  # 1: moves nothing; 7: entered; 8: changed, in
+        cache_services.entry_put(region="prices", key="k", value={"qty": qty})
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    _hello_as(user, "c", conflate=conflate)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 9})
+    fanout.fanout_node("node-1")
+    assert [(r[2][0]["cq_op"], r[0]) for r in _rows(client)] == [
+        ("create", "update"),
+        ("update", "update"),  # qty 9; qty 8's row conflated away
+    ]
+    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 9]
+    assert _size(client) == 2
+
+
+def test_a_mode_turned_non_conflating_while_away_keeps_every_update(user, region):
+    client = _hello_as(user, "c", conflate="true")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    _hello_as(user, "c", conflate=False)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 9})
+    fanout.fanout_node("node-1")
+    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 8, 9]
+    assert not QueueEntry.objects.filter(conflates=True).exists()
+
+
+def _hello_as(user, durable_id, **extra):
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(
+        user=user, socket_id=durable_id, options=options
+    ).client
+
+
+def test_a_copied_row_without_its_mark_never_conflates_an_entered_event(user):
+    """A page entry without ``conflates`` (from a node that does not send
+    it) is marked as the fan-out would: not when a CQ entered or left."""
+    cache_services.region_create(name="prices", conflate_events=True)
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 1})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")
+    head = queue_selectors.queue_head(client_id=client.id)
+    page = queue_selectors.queue_copy_page(
+        client_id=client.id, after=0, upto=head, limit=10
+    )
+    state = queue_selectors.queue_get(client_id=client.id)
+    marks = []
+    for entry in page["entries"]:
+        assert entry["op"] == "update"
+        marks.append(entry.pop("conflates"))
+        assert copies._entry_from_copy(state, entry).conflates is marks[-1]
+    assert marks == [False, True]  # entered; changed, still in
