@@ -1,12 +1,15 @@
 """Continuous queries through the fan-out: the membership table, one queue
 row per change with a sorted ``cq`` list, region ops and conflation."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from cache import services as cache_services
 from clients import fanout, services
 from clients.exceptions import BadQueryError
-from clients.models import ContinuousQuery, DurableClient
+from clients.models import ContinuousQuery, DurableClient, EndedCq
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
 from queues.models import QueueEntry
@@ -76,6 +79,7 @@ def test_one_row_per_change_with_several_cqs_and_an_interest(user, region):
         ),
         ("create", "other", None),  # the interest's, no CQ moved
     ]
+    assert _size(client) == 2  # each change counted once
 
 
 def test_region_clear_reaches_every_cq_of_the_region(user, region):
@@ -207,12 +211,37 @@ def test_region_destroy_reaches_its_cqs_and_closes_them(user, region):
     assert len(_rows(client)) == 1  # nothing names the closed CQ
 
 
-def test_expiry_and_close_without_keepalive_remove_every_cq(user, region):
+def test_close_without_keepalive_removes_every_cq(user, region):
     client = _hello(user, "c")
     _cq(client, "big", "value.qty > 5", durable=True)
     services.client_close(client_id=client.id, socket_id="c", keepalive=False)
     assert not DurableClient.objects.filter(pk=client.pk).exists()
     assert not ContinuousQuery.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_expiry_removes_every_cq_and_the_queue_they_filled(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _cq(client, "ends", "value.qty > 5")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert _size(client) == 1
+    DurableClient.objects.filter(pk=client.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert services.clients_expire() == 1
+    assert not ContinuousQuery.objects.exists()
+    assert not EndedCq.objects.exists()
+    assert _size(client) == queue_selectors.NO_QUEUE
+    again = services.client_hello(
+        user=user,
+        socket_id="c2",
+        options=services.parse_hello_options({"durable_id": "c"}),
+    )
+    assert again.pending_events == -1
+    assert not again.client.cqs.exists()
 
 
 def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
