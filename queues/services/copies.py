@@ -9,6 +9,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from cache.selectors import region_names_conflating
 from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.cursor import cursor_lock
@@ -131,14 +132,18 @@ def _conflate_copied(state: QueueState) -> int:
     failover. It goes as the fan-out would conflate it
     (``append._drop_undelivered_update``): an update that may conflate,
     not delivered by this copy's marks, with a later update of its key
-    that may conflate too."""
+    that supersedes it: an update in a conflating region of the queue's
+    mode, even one that may not conflate itself because a CQ entered or
+    left with it (as the fan-out's ``_append`` has it)."""
     later = QueueEntry.objects.filter(
         queue=state,
-        conflates=True,
+        op="update",
         seq__gt=state.copy_upto,
         region=OuterRef("region"),
         key=OuterRef("key"),
     )
+    if state.conflate == "server":
+        later = later.filter(region__in=region_names_conflating())
     superseded = QueueEntry.objects.filter(
         Exists(later),
         queue=state,

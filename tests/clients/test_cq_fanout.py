@@ -12,6 +12,7 @@ from clients.exceptions import BadQueryError
 from clients.models import ContinuousQuery, DurableClient, EndedCq
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
+from queues import services as queue_services
 from queues.models import QueueEntry
 from queues.services import copies
 from tests.helpers import connected_client
@@ -325,3 +326,64 @@ def test_a_copied_row_without_its_mark_never_conflates_an_entered_event(user):
         marks.append(entry.pop("conflates"))
         assert copies._entry_from_copy(state, entry).conflates is marks[-1]
     assert marks == [False, True]  # entered; changed, still in
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_a_copy_conflates_a_copied_update_that_an_entered_or_left_one_superseded(
+    user,
+):
+    """A page built before the source queued a later update brings the
+    older update next to it on the new host; it goes there as it went on
+    the source, even when the later one is an entered or left event,
+    which may not conflate itself but supersedes (as in the fan-out)."""
+    cache_services.region_create(name="prices", conflate_events=True)
+    client = DurableClient.objects.create(
+        durable_id="c",
+        owner=user,
+        primary="node-2",
+        secondaries=["node-1"],
+        syncing=["node-1"],
+    )
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _, first = cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    _, second = cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")  # no copy here yet: the cursor moves on
+    state = queue_services.queue_adopt(
+        client_id=client.id,
+        durable_id="c",
+        conflate="server",
+        node="node-1",
+        source="node-2",
+    )
+    cache_services.entry_put(region="prices", key="k", value={"qty": 2})  # left
+    fanout.fanout_node("node-1")
+    ts = timezone.now().isoformat()
+
+    def entry(event, op, cq_op, conflates):
+        return {
+            "seq": event.seq,
+            "event_id": event.event_id,
+            "region": "prices",
+            "key": "k",
+            "op": op,
+            "value": event.value,
+            "version": event.version,
+            "ts": ts,
+            "conflates": conflates,
+            "cq": [{"name": "big", "cq_op": cq_op}],
+        }
+
+    page = {
+        "durable_id": "c",
+        "conflate": "server",
+        "acked_through": 0,
+        "entries": [
+            entry(first, "create", "create", False),
+            entry(second, "update", "update", True),
+        ],
+        "next_after": state.copy_upto,
+        "done": True,
+    }
+    assert queue_services.queue_copy_in(client_id=client.id, page=page) is True
+    assert [r[2][0]["cq_op"] for r in _rows(client)] == ["create", "destroy"]
+    assert _size(client) == 2
