@@ -128,3 +128,60 @@ def test_a_late_forget_leaves_a_new_cq_of_the_same_name_alone(lost):
         ("other", [{"name": "any", "cq_op": "create"}]),
         ("new", BIG),
     ]
+
+
+def test_a_copy_being_filled_drains_a_page_built_before_the_close(
+    monkeypatch, settings, user, region
+):
+    """The forget reaches a copy still being filled, whose source built a
+    page before the close: the forget stays pending until the copy is
+    complete, then runs, so the stale page's rows name no closed CQ."""
+    client = DurableClient.objects.create(
+        durable_id="d1",
+        owner=user,
+        primary="node-2",
+        secondaries=["node-1"],
+        syncing=["node-1"],
+    )
+    services.cq_register(
+        client=client, name="big", region="prices", query="value.q > 5", durable=True
+    )
+    _, event = cache_services.entry_put(region="prices", key="only", value={"q": 7})
+    fanout.fanout_node("node-1")  # no copy here yet
+    replication.adopt(client_id=client.id, node="node-1", source="node-2")
+    stale = {
+        "durable_id": "d1",
+        "conflate": "server",
+        "acked_through": 0,
+        "entries": [
+            {
+                "seq": event.seq,
+                "event_id": event.event_id,
+                "region": "prices",
+                "key": "only",
+                "op": "create",
+                "value": {"q": 7},
+                "version": event.version,
+                "ts": event.ts.isoformat(),
+                "conflates": False,
+                "cq": BIG,
+            }
+        ],
+        "next_after": event.seq,
+        "done": True,
+        "upto": event.seq,
+    }
+    recorder(monkeypatch, "forget_cq_on")
+    with monkeypatch.context() as on_node_2:
+        on_node_2.setattr(cqs, "cq_forget_here", lambda **kwargs: 0)
+        settings.DURABLECACHE_NODE_NAME = "node-2"
+        assert services.cq_close(client=client, name="big") is True
+        settings.DURABLECACHE_NODE_NAME = "node-1"
+    services.cq_forget_here(client_id=client.id, name="big")  # the task, on time
+    assert ClosedCq.objects.filter(node="node-1").exists()  # copy not complete
+    replication.copy_in(client_id=client.id, node="node-1", source="node-2", page=stale)
+    client.refresh_from_db()
+    assert client.syncing == []
+    assert _rows(client) == []
+    assert queue_selectors.queue_size(client_id=client.id) == 0
+    assert not ClosedCq.objects.filter(node="node-1").exists()
