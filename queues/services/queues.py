@@ -51,8 +51,8 @@ def classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     updates.filter(cq__isnull=True).update(conflates=conflates)
     # A row that names a CQ may conflate only while every ``cq_op`` in it
     # is ``update`` (judged when it was queued; an entered or left event
-    # must stay): read in Python, which a ``hello`` that changes the mode
-    # can afford and which needs no JSON functions of either database.
+    # must stay): read in Python, which a change of mode (rare) can
+    # afford and which needs no JSON function of either database.
     may: list[int] = []
     may_not: list[int] = []
     for pk, region, cq in updates.filter(cq__isnull=False).values_list(
