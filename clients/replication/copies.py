@@ -19,9 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from clients import dispatch, fanout
+from clients.cq_forgets import cqs_forget_pending
 from clients.models import DurableClient
 from clients.placement import Membership, copy_source, set_secondaries
-from clients.services.cqs import cqs_forget_pending
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueState

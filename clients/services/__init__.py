@@ -7,14 +7,13 @@ through ``queues.services``; a queue on another node is dropped by task
 (``clients.dispatch``).
 """
 
+from clients.cq_forgets import cq_forget_here, cqs_forget_pending
 from clients.services.cqs import (
     cq_check,
     cq_close,
     cq_close_by_client_id,
-    cq_forget_here,
     cq_register,
     cq_register_by_client_id,
-    cqs_forget_pending,
 )
 from clients.services.expiry import clients_expire
 from clients.services.hello import (

@@ -11,19 +11,15 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from clients import dispatch, selectors
 from clients.cq import QueryError, canonical_text, parse_query
+from clients.cq_forgets import cq_forget_here
 from clients.exceptions import BadQueryError, UnknownClientError
-from clients.matching import key_matches
-from clients.models import ClosedCq, ContinuousQuery, DurableClient, EndedCq, Interest
+from clients.models import ClosedCq, ContinuousQuery, DurableClient, EndedCq
 from clients.placement import self_node
 from clients.services.interests import clients_lock
 from common.errors import ValidationError
 from queues import notify
-from queues import services as queue_services
 
 NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-# Pending forgets one call of ``cqs_forget_pending`` runs (a tick runs the
-# rest at the next).
-FORGET_BATCH = 100
 
 
 def cq_check(
@@ -146,54 +142,6 @@ def _forget_after_commit(client: DurableClient, name: str) -> None:
                 dispatch.forget_cq_on(host, client_id, name)
 
     transaction.on_commit(forget)
-
-
-def cq_forget_here(*, client_id: uuid.UUID, name: str) -> int:
-    """Take a closed CQ out of the client's queue on this node: its name
-    leaves every queued row, and a row then naming no CQ that no interest
-    of the client's wants goes (and is no longer counted). Idempotent,
-    and harmless late: a CQ registered again under the name keeps the
-    rows it judged. Return how many rows went."""
-    node = self_node()
-    pending = list(
-        ClosedCq.objects.filter(client_id=client_id, name=name, node=node).values_list(
-            "pk", flat=True
-        )
-    )
-    interests = list(
-        Interest.objects.filter(client_id=client_id).values_list(
-            "region", "kind", "selector"
-        )
-    )
-    again = (
-        ContinuousQuery.objects.filter(client_id=client_id, name=name)
-        .values_list("since_seq", flat=True)
-        .first()
-    )
-
-    def wanted(region: str, key: str | None) -> bool:
-        return any(
-            r == region and (key is None or key_matches(kind, selector, key))
-            for r, kind, selector in interests
-        )
-
-    gone, done = queue_services.queue_forget_cq(
-        client_id=client_id, name=name, node=node, wanted=wanted, through=again
-    )
-    if done and pending:
-        ClosedCq.objects.filter(pk__in=pending).delete()
-    return gone
-
-
-def cqs_forget_pending(*, node: str, client_id: uuid.UUID | None = None) -> int:
-    """Run the forgets still pending on this node (of one client, when
-    given): those whose task was lost or has not run yet. Return how many
-    rows went from its queues."""
-    pending = ClosedCq.objects.filter(node=node)
-    if client_id is not None:
-        pending = pending.filter(client_id=client_id)
-    found = pending.values_list("client_id", "name").distinct()[:FORGET_BATCH]
-    return sum(cq_forget_here(client_id=pk, name=name) for pk, name in found)
 
 
 def cqs_end_non_durable(client_ids: list[uuid.UUID]) -> int:

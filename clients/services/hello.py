@@ -17,6 +17,7 @@ from django.utils import timezone
 from cache.models import Node
 from cache.validation import validate_name
 from clients import history, selectors
+from clients.cq_forgets import cqs_forget_pending
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
@@ -33,7 +34,6 @@ from clients.placement import (
     top_up,
 )
 from clients.replication import save_placement, start_copies
-from clients.services.cqs import cqs_forget_pending
 from clients.services.ownership import queues_drop_after_commit
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
