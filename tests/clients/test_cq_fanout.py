@@ -387,3 +387,48 @@ def test_a_copy_conflates_a_copied_update_that_an_entered_or_left_one_superseded
     assert queue_services.queue_copy_in(client_id=client.id, page=page) is True
     assert [r[2][0]["cq_op"] for r in _rows(client)] == ["create", "destroy"]
     assert _size(client) == 2
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"name": ""},
+        {"name": "x" * 129},
+        {"name": "a b"},
+        {"name": "a/b"},
+        {"name": "é"},
+        {"name": 5},
+        {"name": None},
+        {"region": 5},
+        {"query": None},
+        {"query": ["value.qty > 5"]},
+        {"durable": "yes"},
+        {"durable": 1},
+    ],
+)
+def test_each_malformed_field_is_bad_field(user, region, fields):
+    client = _hello(user, "c")
+    cq = {"name": "ok", "region": "prices", "query": "value.qty > 5", "durable": True}
+    with pytest.raises(ValidationError):
+        services.cq_register(client=client, **{**cq, **fields})
+    assert not ContinuousQuery.objects.exists()
+
+
+def test_names_of_1_to_128_allowed_characters_are_accepted(user, region):
+    client = _hello(user, "c")
+    for name in ("a", "A-z.0_9:x", "x" * 128):
+        assert _cq(client, name, "value.qty > 5").name == name
+    assert client.cqs.count() == 3
+    other = _hello(user, "d")  # two clients may use one name
+    assert _cq(other, "a", "value.qty > 1").name == "a"
+
+
+def test_a_durable_cq_of_a_non_durable_client_is_bad_field(user, region):
+    client = services.client_hello(
+        user=user,
+        socket_id="n",
+        options=services.parse_hello_options({"durable_id": None}),
+    ).client
+    with pytest.raises(ValidationError):
+        _cq(client, "big", "value.qty > 5", durable=True)
+    assert _cq(client, "big", "value.qty > 5").is_durable is False
