@@ -51,7 +51,8 @@ _vacuum = {"checked": float("-inf")}
 def tick(node: str, judge: bool = True) -> None:
     """1. fan out unread events, 2. publish the fan-out cursor,
     3. disconnect clients of dead nodes, 4. fail over and restore
-    redundancy, 5. heal copies being filled here, 6. expire clients,
+    redundancy, 5. heal copies being filled here and the closed CQs'
+    forgets still pending here (a lost task), 6. expire clients,
     7. report queue sizes and acks, 8. apply the acks primaries reported,
     9. drop orphaned queues, 10. prune the event log, 11. sample counters
     for the dashboard (every few seconds), 12. prune old client history,
@@ -69,6 +70,7 @@ def tick(node: str, judge: bool = True) -> None:
         services.clients_of_dead_nodes_disconnect()
         replication.placement_repair()
     replication.copies_resume(node)
+    services.cqs_forget_pending(node=node)
     services.clients_expire()
     report_queue_sizes(node)
     replication.apply_reported_acks(node)

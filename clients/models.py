@@ -220,6 +220,31 @@ class EndedCq(models.Model):
         return ContinuousQuery.objects.filter(pk__in=pks).delete()[0]
 
 
+class ClosedCq(models.Model):
+    """A closed CQ still to be taken out of the client's queue on one host
+    (``clients.services.cqs.cq_forget_here``): written with the close for
+    every host, deleted once that host's forget ran. A host whose forget
+    task was lost runs it before it serves the queue (``hello``), copies
+    it, or at its next tick, so the drain is never lost with the task."""
+
+    client = models.ForeignKey(
+        DurableClient, on_delete=models.CASCADE, related_name="+"
+    )
+    name = models.CharField(max_length=128)
+    node = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "name", "node"], name="closed_cq_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["node"], name="closed_cq_node")]
+
+    def __str__(self) -> str:
+        return f"{self.client} {self.name} on {self.node} (closed)"
+
+
 class LostQueue(models.Model):
     """A durable id whose queue was lost (expired or all hosts died).
 

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clients import dispatch, fanout
+from clients.cq_forgets import cqs_forget_pending
 from clients.models import DurableClient
 from clients.placement import Membership, copy_source, set_secondaries
 from queues import selectors as queue_selectors
@@ -77,6 +78,9 @@ def copy_out(
     """
     if queue_selectors.fanout_cursor(node=node) < upto:
         fanout.fanout_node(node)
+    # A CQ closed while this host missed its forget: drained before it is
+    # copied, so the new host gets no row naming it.
+    cqs_forget_pending(node=node, client_id=client_id)
     page = queue_selectors.queue_copy_page(
         client_id=client_id,
         after=after,
@@ -109,6 +113,9 @@ def copy_in(
     if done is None:
         return
     if done:
+        # A page built before a CQ closed may name it: the forget that
+        # waited for the copy to be complete runs now.
+        cqs_forget_pending(node=node, client_id=client_id)
         copy_finished(client_id=client_id, node=node)
     else:
         _request_page(client_id, source, node, int(page["next_after"]), page["upto"])

@@ -7,11 +7,11 @@ through ``queues.services``; a queue on another node is dropped by task
 (``clients.dispatch``).
 """
 
+from clients.cq_forgets import cq_forget_here, cqs_forget_pending
 from clients.services.cqs import (
     cq_check,
     cq_close,
     cq_close_by_client_id,
-    cq_forget_here,
     cq_register,
     cq_register_by_client_id,
 )
@@ -65,6 +65,7 @@ __all__ = [
     "cq_forget_here",
     "cq_register",
     "cq_register_by_client_id",
+    "cqs_forget_pending",
     "interest_delete",
     "interest_register",
     "interest_register_by_client_id",

@@ -11,14 +11,13 @@ from cache import selectors as cache_selectors
 from cache import services as cache_services
 from clients import dispatch, selectors
 from clients.cq import QueryError, canonical_text, parse_query
+from clients.cq_forgets import cq_forget_here
 from clients.exceptions import BadQueryError, UnknownClientError
-from clients.matching import key_matches
-from clients.models import ContinuousQuery, DurableClient, EndedCq, Interest
+from clients.models import ClosedCq, ContinuousQuery, DurableClient, EndedCq
 from clients.placement import self_node
 from clients.services.interests import clients_lock
 from common.errors import ValidationError
 from queues import notify
-from queues import services as queue_services
 
 NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -111,56 +110,38 @@ def cq_close(*, client: DurableClient, name: str, by_operator: bool = False) -> 
         closed = (
             ContinuousQuery.objects.filter(client=client, name=name).delete()[0] > 0
         )
-        row = DurableClient.objects.filter(pk=client.pk).values_list(
-            "is_connected", "node"
-        )
-        connected, node = row[0] if row else (False, "")
-        if closed:
-            _forget_after_commit(client.pk, name)
+        row = DurableClient.objects.filter(pk=client.pk).first()
+        connected, node = (row.is_connected, row.node) if row else (False, "")
+        if closed and row is not None:
+            _forget_after_commit(row, name)
         if closed and by_operator and connected and node:
             client_id = client.pk
             transaction.on_commit(lambda: notify.cq_closed(client_id, name, node))
     return closed
 
 
-def _forget_after_commit(client_id: uuid.UUID, name: str) -> None:
-    """After commit, take the closed CQ out of the client's queue on each
-    of its hosts: here at once, on another node by task (a lost task
-    leaves the name on that host's rows; ``cq_forget_here`` is
-    idempotent)."""
+def _forget_after_commit(client: DurableClient, name: str) -> None:
+    """Record the forget as pending on each host of the client's queue
+    (``ClosedCq``), then after commit run it here at once and send it to
+    the other hosts by task. A lost task leaves the row: that host runs
+    it before it serves or copies the queue, or at its next tick
+    (``cqs_forget_pending``). A row of an earlier close of the name is
+    replaced, so a forget that read the earlier one deletes no later one."""
+    hosts = client.hosts
+    ClosedCq.objects.filter(client=client, name=name, node__in=hosts).delete()
+    ClosedCq.objects.bulk_create(
+        ClosedCq(client=client, name=name, node=host) for host in hosts
+    )
+    client_id = client.pk
 
     def forget() -> None:
-        row = DurableClient.objects.filter(pk=client_id).first()
-        if row is None:
-            return
-        for host in row.hosts:
+        for host in hosts:
             if host == self_node():
                 cq_forget_here(client_id=client_id, name=name)
             else:
                 dispatch.forget_cq_on(host, client_id, name)
 
     transaction.on_commit(forget)
-
-
-def cq_forget_here(*, client_id: uuid.UUID, name: str) -> int:
-    """Take a closed CQ out of the client's queue on this node: its name
-    leaves every queued row, and a row then naming no CQ that no interest
-    of the client's wants goes (and is no longer counted)."""
-    interests = list(
-        Interest.objects.filter(client_id=client_id).values_list(
-            "region", "kind", "selector"
-        )
-    )
-
-    def wanted(region: str, key: str | None) -> bool:
-        return any(
-            r == region and (key is None or key_matches(kind, selector, key))
-            for r, kind, selector in interests
-        )
-
-    return queue_services.queue_forget_cq(
-        client_id=client_id, name=name, node=self_node(), wanted=wanted
-    )
 
 
 def cqs_end_non_durable(client_ids: list[uuid.UUID]) -> int:

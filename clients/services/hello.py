@@ -17,6 +17,7 @@ from django.utils import timezone
 from cache.models import Node
 from cache.validation import validate_name
 from clients import history, selectors
+from clients.cq_forgets import cqs_forget_pending
 from clients.exceptions import (
     ClientConnectedError,
     ClientOwnedError,
@@ -131,6 +132,7 @@ def _hello_once(*, user: Any, socket_id: str, options: dict[str, Any]) -> HelloR
                 return elsewhere
         if draining:
             raise NodeDrainingError(f"{node} is shutting down")
+        known = client is not None
         returning = client is not None and client.is_durable
         lost = _lost_queue_told(durable_id, user)
         if client is None:
@@ -140,6 +142,10 @@ def _hello_once(*, user: Any, socket_id: str, options: dict[str, Any]) -> HelloR
             _queue_start_afresh(client, node)
         added = _attach_here(client, socket_id, options, members, now)
         history.record(client, "connected", detail="queue lost" if lost else "")
+        # A CQ closed while this host missed its forget: drained before
+        # the queue is counted and served from here.
+        if known:
+            cqs_forget_pending(node=node, client_id=client.id)
         pending = _queue_created(client)
     _queue_ready(client, added, node, pending)
     if lost or (returning and pending == NO_QUEUE):

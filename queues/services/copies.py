@@ -9,6 +9,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from cache.selectors import region_names_conflating
 from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.cursor import cursor_lock
@@ -131,14 +132,18 @@ def _conflate_copied(state: QueueState) -> int:
     failover. It goes as the fan-out would conflate it
     (``append._drop_undelivered_update``): an update that may conflate,
     not delivered by this copy's marks, with a later update of its key
-    that may conflate too."""
+    that supersedes it: an update in a conflating region of the queue's
+    mode, even one that may not conflate itself because a CQ entered or
+    left with it (as the fan-out's ``_append`` has it)."""
     later = QueueEntry.objects.filter(
         queue=state,
-        conflates=True,
+        op="update",
         seq__gt=state.copy_upto,
         region=OuterRef("region"),
         key=OuterRef("key"),
     )
+    if state.conflate == "server":
+        later = later.filter(region__in=region_names_conflating())
     superseded = QueueEntry.objects.filter(
         Exists(later),
         queue=state,
@@ -166,10 +171,14 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
         # A page without the field (from a node that does not send it): an
         # update may conflate unless the queue never does (in mode "server"
         # its region decides, which the page does not say; a mark too many
-        # is harmless). A page of another mode is reclassified in the
-        # copy's (``queue_copy_in``).
+        # is harmless), nor one naming a CQ for which it is not an update
+        # (an entered or left event never conflates). A page of another
+        # mode is reclassified in the copy's (``queue_copy_in``).
         conflates=data.get(
-            "conflates", data["op"] == "update" and state.conflate != "false"
+            "conflates",
+            data["op"] == "update"
+            and state.conflate != "false"
+            and all(c.get("cq_op") == "update" for c in data.get("cq") or []),
         ),
         cq=data.get("cq"),
     )

@@ -18,10 +18,15 @@ def queue_forget_cq(
     name: str,
     node: str,
     wanted: Callable[[str, str | None], bool],
-) -> int:
+    through: int | None = None,
+) -> tuple[int, bool]:
     """Take the CQ ``name`` out of the client's queued rows on this node;
-    return how many rows went. ``wanted(region, key)``: whether an
-    interest of the client's still wants a row of that key.
+    return how many rows went, and whether the queue here is done with
+    it: absent, or complete (a copy still being filled may yet get pages
+    built before the close). ``wanted(region, key)``: whether an interest
+    of the client's still wants a row of that key. ``through``: only rows
+    up to this seq (a CQ registered again under the name judges the
+    events after it, and its rows keep the name).
 
     Runs under this node's fan-out cursor lock, then the queue head's (the
     fan-out's order): a fan-out pass that judged the CQ before it closed
@@ -31,8 +36,10 @@ def queue_forget_cq(
         cursor_read_locked(node)
         state = QueueState.objects.select_for_update().filter(pk=client_id).first()
         if state is None:
-            return 0
+            return 0, True
         rows = QueueEntry.objects.filter(queue=state, cq__isnull=False)
+        if through is not None:
+            rows = rows.filter(seq__lte=through)
         gone: list[int] = []
         for pk, region, key, cq in rows.values_list("pk", "region", "key", "cq"):
             listed = list(cq or [])
@@ -49,4 +56,4 @@ def queue_forget_cq(
             QueueEntry.objects.filter(pk__in=gone).delete()
             state.size = max(0, state.size - len(gone))
             state.save(update_fields=["size"])
-        return len(gone)
+        return len(gone), state.is_synced

@@ -47,11 +47,23 @@ def classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     conflates: Any = Value(conflate == "true")
     if names:  # (Django skips the whole UPDATE on an IN of no names)
         conflates = ExpressionWrapper(Q(region__in=names), output_field=BooleanField())
-    # A row that names a CQ stays unconflatable: its ``cq_op``s were
-    # judged when it was queued, and an entered or left event must stay.
-    QueueEntry.objects.filter(queue_id=client_id, op="update", cq__isnull=True).update(
-        conflates=conflates
-    )
+    updates = QueueEntry.objects.filter(queue_id=client_id, op="update")
+    updates.filter(cq__isnull=True).update(conflates=conflates)
+    # A row that names a CQ may conflate only while every ``cq_op`` in it
+    # is ``update`` (judged when it was queued; an entered or left event
+    # must stay): read in Python, which a change of mode (rare) can
+    # afford and which needs no JSON function of either database.
+    may: list[int] = []
+    may_not: list[int] = []
+    for pk, region, cq in updates.filter(cq__isnull=False).values_list(
+        "pk", "region", "cq"
+    ):
+        only_updates = all(c.get("cq_op") == "update" for c in cq or [])
+        by_mode = conflate == "true" or (conflate == "server" and region in names)
+        (may if only_updates and by_mode else may_not).append(pk)
+    for pks, value in ((may, True), (may_not, False)):
+        for chunk in sql.chunks(pks, 500):
+            QueueEntry.objects.filter(pk__in=chunk).update(conflates=value)
 
 
 def queue_reset_delivery(*, client_ids: Sequence[uuid.UUID]) -> None:

@@ -1,14 +1,18 @@
 """Continuous queries through the fan-out: the membership table, one queue
 row per change with a sorted ``cq`` list, region ops and conflation."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from cache import services as cache_services
 from clients import fanout, services
 from clients.exceptions import BadQueryError
-from clients.models import ContinuousQuery, DurableClient
+from clients.models import ContinuousQuery, DurableClient, EndedCq
 from common.errors import ValidationError
 from queues import selectors as queue_selectors
+from queues import services as queue_services
 from queues.models import QueueEntry
 from queues.services import copies
 from tests.helpers import connected_client
@@ -76,6 +80,7 @@ def test_one_row_per_change_with_several_cqs_and_an_interest(user, region):
         ),
         ("create", "other", None),  # the interest's, no CQ moved
     ]
+    assert _size(client) == 2  # each change counted once
 
 
 def test_region_clear_reaches_every_cq_of_the_region(user, region):
@@ -207,12 +212,37 @@ def test_region_destroy_reaches_its_cqs_and_closes_them(user, region):
     assert len(_rows(client)) == 1  # nothing names the closed CQ
 
 
-def test_expiry_and_close_without_keepalive_remove_every_cq(user, region):
+def test_close_without_keepalive_removes_every_cq(user, region):
     client = _hello(user, "c")
     _cq(client, "big", "value.qty > 5", durable=True)
     services.client_close(client_id=client.id, socket_id="c", keepalive=False)
     assert not DurableClient.objects.filter(pk=client.pk).exists()
     assert not ContinuousQuery.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_expiry_removes_every_cq_and_the_queue_they_filled(user, region):
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _cq(client, "ends", "value.qty > 5")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    fanout.fanout_node("node-1")
+    assert _size(client) == 1
+    DurableClient.objects.filter(pk=client.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert services.clients_expire() == 1
+    assert not ContinuousQuery.objects.exists()
+    assert not EndedCq.objects.exists()
+    assert _size(client) == queue_selectors.NO_QUEUE
+    again = services.client_hello(
+        user=user,
+        socket_id="c2",
+        options=services.parse_hello_options({"durable_id": "c"}),
+    )
+    assert again.pending_events == -1
+    assert not again.client.cqs.exists()
 
 
 def test_a_copy_page_carries_the_cq_list_to_the_new_host(user, region):
@@ -274,3 +304,177 @@ def test_one_pass_judges_each_event_by_the_cqs_that_existed_when_it_was_written(
         ("update", "k", [{"name": "a", "cq_op": "destroy"}]),
         ("region_clear", None, [{"name": "a", "cq_op": "region_clear"}]),
     ]
+
+
+@pytest.mark.parametrize("conflate", ["true", True])
+def test_a_mode_turned_conflating_while_away_conflates_update_only_cq_rows(
+    user, region, conflate
+):
+    """Rows queued while the client did not conflate take the new mode at
+    its next hello: an update whose ``cq_op``s are all ``update`` may go,
+    an entered or left one never."""
+    client = _hello_as(user, "c", conflate="false")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    for qty in (1, 7, 8):  # 1: moves nothing; 7: entered; 8: changed, in
+        cache_services.entry_put(region="prices", key="k", value={"qty": qty})
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    _hello_as(user, "c", conflate=conflate)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 9})
+    fanout.fanout_node("node-1")
+    assert [(r[2][0]["cq_op"], r[0]) for r in _rows(client)] == [
+        ("create", "update"),
+        ("update", "update"),  # qty 9; qty 8's row conflated away
+    ]
+    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 9]
+    assert _size(client) == 2
+
+
+def test_a_mode_turned_non_conflating_while_away_keeps_every_update(user, region):
+    client = _hello_as(user, "c", conflate="true")
+    _cq(client, "big", "value.qty > 5", durable=True)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")
+    services.client_disconnected(client_id=client.id, socket_id="c")
+    _hello_as(user, "c", conflate=False)
+    cache_services.entry_put(region="prices", key="k", value={"qty": 9})
+    fanout.fanout_node("node-1")
+    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 8, 9]
+    assert not QueueEntry.objects.filter(conflates=True).exists()
+
+
+def _hello_as(user, durable_id, **extra):
+    options = services.parse_hello_options({"durable_id": durable_id, **extra})
+    return services.client_hello(
+        user=user, socket_id=durable_id, options=options
+    ).client
+
+
+def test_a_copied_row_without_its_mark_never_conflates_an_entered_event(user):
+    """A page entry without ``conflates`` (from a node that does not send
+    it) is marked as the fan-out would: not when a CQ entered or left."""
+    cache_services.region_create(name="prices", conflate_events=True)
+    client = _hello(user, "c")
+    _cq(client, "big", "value.qty > 5")
+    cache_services.entry_put(region="prices", key="k", value={"qty": 1})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")
+    head = queue_selectors.queue_head(client_id=client.id)
+    page = queue_selectors.queue_copy_page(
+        client_id=client.id, after=0, upto=head, limit=10
+    )
+    state = queue_selectors.queue_get(client_id=client.id)
+    marks = []
+    for entry in page["entries"]:
+        assert entry["op"] == "update"
+        marks.append(entry.pop("conflates"))
+        assert copies._entry_from_copy(state, entry).conflates is marks[-1]
+    assert marks == [False, True]  # entered; changed, still in
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "node"])
+def test_a_copy_conflates_a_copied_update_that_an_entered_or_left_one_superseded(
+    user,
+):
+    """A page built before the source queued a later update brings the
+    older update next to it on the new host; it goes there as it went on
+    the source, even when the later one is an entered or left event,
+    which may not conflate itself but supersedes (as in the fan-out)."""
+    cache_services.region_create(name="prices", conflate_events=True)
+    client = DurableClient.objects.create(
+        durable_id="c",
+        owner=user,
+        primary="node-2",
+        secondaries=["node-1"],
+        syncing=["node-1"],
+    )
+    _cq(client, "big", "value.qty > 5", durable=True)
+    _, first = cache_services.entry_put(region="prices", key="k", value={"qty": 7})
+    _, second = cache_services.entry_put(region="prices", key="k", value={"qty": 8})
+    fanout.fanout_node("node-1")  # no copy here yet: the cursor moves on
+    state = queue_services.queue_adopt(
+        client_id=client.id,
+        durable_id="c",
+        conflate="server",
+        node="node-1",
+        source="node-2",
+    )
+    cache_services.entry_put(region="prices", key="k", value={"qty": 2})  # left
+    fanout.fanout_node("node-1")
+    ts = timezone.now().isoformat()
+
+    def entry(event, op, cq_op, conflates):
+        return {
+            "seq": event.seq,
+            "event_id": event.event_id,
+            "region": "prices",
+            "key": "k",
+            "op": op,
+            "value": event.value,
+            "version": event.version,
+            "ts": ts,
+            "conflates": conflates,
+            "cq": [{"name": "big", "cq_op": cq_op}],
+        }
+
+    page = {
+        "durable_id": "c",
+        "conflate": "server",
+        "acked_through": 0,
+        "entries": [
+            entry(first, "create", "create", False),
+            entry(second, "update", "update", True),
+        ],
+        "next_after": state.copy_upto,
+        "done": True,
+    }
+    assert queue_services.queue_copy_in(client_id=client.id, page=page) is True
+    assert [r[2][0]["cq_op"] for r in _rows(client)] == ["create", "destroy"]
+    assert _size(client) == 2
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"name": ""},
+        {"name": "x" * 129},
+        {"name": "a b"},
+        {"name": "a/b"},
+        {"name": "é"},
+        {"name": 5},
+        {"name": None},
+        {"region": 5},
+        {"query": None},
+        {"query": ["value.qty > 5"]},
+        {"durable": "yes"},
+        {"durable": 1},
+    ],
+)
+def test_each_malformed_field_is_bad_field(user, region, fields):
+    client = _hello(user, "c")
+    cq = {"name": "ok", "region": "prices", "query": "value.qty > 5", "durable": True}
+    with pytest.raises(ValidationError):
+        services.cq_register(client=client, **{**cq, **fields})
+    assert not ContinuousQuery.objects.exists()
+
+
+def test_names_of_1_to_128_allowed_characters_are_accepted(user, region):
+    client = _hello(user, "c")
+    for name in ("a", "A-z.0_9:x", "x" * 128):
+        assert _cq(client, name, "value.qty > 5").name == name
+    assert client.cqs.count() == 3
+    other = _hello(user, "d")  # two clients may use one name
+    assert _cq(other, "a", "value.qty > 1").name == "a"
+
+
+def test_a_durable_cq_of_a_non_durable_client_is_bad_field(user, region):
+    client = services.client_hello(
+        user=user,
+        socket_id="n",
+        options=services.parse_hello_options({"durable_id": None}),
+    ).client
+    with pytest.raises(ValidationError):
+        _cq(client, "big", "value.qty > 5", durable=True)
+    assert _cq(client, "big", "value.qty > 5").is_durable is False

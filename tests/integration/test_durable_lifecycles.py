@@ -298,3 +298,63 @@ def test_racing_puts_of_one_key_arrive_in_version_order(live, region):
     assert versions == sorted(versions)
     assert len(set(versions)) == 100
     assert versions[-1] - versions[0] == 99
+
+
+@pytest.mark.parametrize("leave", ["keepalive", "crash"])
+def test_durable_and_non_durable_cqs_across_a_keepalive_close_and_a_crash(
+    live, region, leave
+):
+    """A durable CQ goes on matching while the client is away; a
+    non-durable one ends with the socket, without a drain: the event it
+    named before the end stays queued, naming it, and nothing later does.
+    The same for ``close`` with keepalive and for a TCP connection that
+    dies without a close frame."""
+    durable_id = fresh(f"cq-{leave}")
+    before, after = f"{durable_id}-before", f"{durable_id}-after"
+    query = f"key LIKE '{durable_id}-%' AND value.q > 5"
+
+    async def first():
+        ws = await RawClient(live.ws_url("node-1"), live.user).__aenter__()
+        await ws.hello(durable_id=durable_id, timeout=300)
+        for name, durable in (("kept", True), ("ends", False)):
+            await ws.send(
+                type="register_cq",
+                name=name,
+                region=region,
+                query=query,
+                durable=durable,
+            )
+            assert (await ws.expect("cq_registered"))["name"] == name
+        # Not ready: the event stays queued, undelivered, under the socket.
+        await asyncio.to_thread(put, live, region, before, {"q": 7})
+        await asyncio.to_thread(wait_queued, live, durable_id, 1)
+        if leave == "keepalive":
+            await ws.close(keepalive=True)
+        else:
+            await ws.drop()
+
+    run(first())
+    wait_for(
+        lambda: client_state(live, durable_id)[1]["state"] == "disconnected", timeout=20
+    )
+    status, body = live.rest("GET", f"/api/v1/clients/{durable_id}/cqs/", live.user)
+    assert status == 200
+    assert [q["name"] for q in body["results"]] == ["kept"]
+    put(live, region, after, {"q": 8})
+    wait_queued(live, durable_id, 2)
+
+    async def second():
+        async with RawClient(live.ws_url("node-1"), live.user) as ws:
+            welcome = await ws.hello(durable_id=durable_id)
+            events, _ = await ws.ready_and_replay()
+            return welcome, events
+
+    welcome, events = run(second())
+    assert welcome["pending_events"] == 2
+    assert [(e["key"], e["cq"]) for e in events] == [
+        (
+            before,
+            [{"name": "ends", "cq_op": "create"}, {"name": "kept", "cq_op": "create"}],
+        ),
+        (after, [{"name": "kept", "cq_op": "create"}]),
+    ]

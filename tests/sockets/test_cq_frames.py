@@ -86,13 +86,22 @@ async def test_register_cq_refusals_come_in_their_order(
 
 
 async def test_register_again_is_idempotent_and_another_definition_is_bad_field(
-    session, token, region
+    session, token, region, write
 ):
+    await write(cache_services.entry_put, region="prices", key="m", value={"qty": 9})
     sock, _ = await session(token, durable_id="d1")
     for query in (BIG, "value.qty > 5"):  # the same query, written otherwise
         await sock.send(type="register_cq", name="big", region="prices", query=query)
-        reply, _ = await sock.until("cq_registered")
+        reply, images = await sock.until("cq_registered")
         assert reply["name"] == "big"
+        # A fresh image each time.
+        assert [e["key"] for i in images for e in i["entries"]] == ["m"]
+    await sock.ready()
+    await write(cache_services.entry_put, region="prices", key="k", value={"qty": 7})
+    # One event, naming the CQ once: no second copy of it.
+    [event] = await sock.events(1)
+    assert (event["key"], event["cq"]) == ("k", [{"name": "big", "cq_op": "create"}])
+    assert await sock.barrier() == []
     reply = await sock.request(
         type="register_cq", name="big", region="prices", query="value.qty > 6"
     )
@@ -194,3 +203,31 @@ async def wait_until(read, wanted):
     async with asyncio.timeout(WAIT_S):
         while await read() != wanted:  # noqa: ASYNC110 (a row, no event to await)
             await asyncio.sleep(0.02)
+
+
+async def test_close_cq_while_connected_drains_even_what_was_sent_unacked(
+    session, token, region, write
+):
+    """A delivered, unacked event stays queued; once its only CQ is closed
+    it is gone, and one an interest wants too is replayed without the
+    CQ's name."""
+    sock, _ = await session(token, durable_id="d1")
+    await sock.register(keys=["kept"], durable=True, policy="none")
+    await sock.send(
+        type="register_cq", name="big", region="prices", query=BIG, durable=True
+    )
+    await sock.until("cq_registered")
+    await sock.ready()
+    for key in ("kept", "only"):
+        await write(
+            cache_services.entry_put, region="prices", key=key, value={"qty": 7}
+        )
+    sent = await sock.events(2)
+    assert [e["cq"] for e in sent] == [[{"name": "big", "cq_op": "create"}]] * 2
+    reply = await sock.request(type="close_cq", id="c", name="big")
+    assert reply == {"type": "cq_closed", "id": "c", "name": "big"}
+    await sock.request(type="close", keepalive=True)
+    back, welcome = await session(token, durable_id="d1")
+    assert welcome["pending_events"] == 1
+    _, replayed = await back.ready()
+    assert [(e["key"], "cq" in e) for e in replayed] == [("kept", False)]
