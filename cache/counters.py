@@ -59,6 +59,12 @@ class NodeCounters:
             with contextlib.suppress(Exception):
                 close_old_connections()
 
+    def discard(self) -> None:
+        """Forget every tally not yet flushed (a test starts from zero,
+        not with what the previous one's sockets counted)."""
+        with self.lock:
+            self.counts = {}
+
     def flush(self) -> None:
         """Add every tally to its node's row now (one UPDATE per node); a
         tally whose UPDATE fails is kept for the next flush."""

@@ -15,11 +15,21 @@ from django.db import DatabaseError, connections
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from cache import counters
 from cache import services as cache_services
 from clients import fanout
 from durablecache.asgi import application
 
 ALL_DBS = ["default", "node"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_node_counters():
+    """Each test counts from zero: a tally an earlier test's sockets left
+    unflushed would otherwise land on this test's node row."""
+    counters.counter.discard()
+    yield
+    counters.counter.discard()
 
 
 @pytest.fixture(scope="session")

@@ -59,8 +59,9 @@ NOT_RUN = {
     ("docs/operations.md", "durable list"): "a reference of the subcommands, "
     "with ID and NAME to fill in; tests/clients/test_commands.py runs them",
     ("docs/performance.md", "make bench"): "benchmarks of up to 15 minutes each",
-    ("docs/performance.md", "DURABLECACHE_DATABASE_URL=postgres"): "the "
-    "PostgreSQL benchmark: minutes long, against the machine's PostgreSQL",
+    ("docs/operations.md", "DURABLECACHE_BEHIND_TLS_PROXY=true"): "settings "
+    "of a deployment behind a TLS proxy (tests/durablecache/test_deploy.py "
+    "checks them with manage.py check --deploy)",
     ("sdk/python/README.md", "pip install ./sdk/python"): "installs into the "
     "environment (make install does it)",
     ("sdk/python/README.md", "pytest sdk/python/tests"): "the suite running "
