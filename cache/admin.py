@@ -230,7 +230,7 @@ class RegionAdmin(ServiceAdmin[Region]):
 class EntryAdmin(ServiceAdmin[Entry]):
     """Entries are read here; values are written through REST."""
 
-    list_display = ["region", "key", "version", "is_destroyed", "updated_at"]
+    list_display = ["region", "key", "version", "seq", "is_destroyed", "updated_at"]
     list_filter = ["is_destroyed", "region", "updated_at"]
     list_select_related = ["region"]
     search_fields = ["key", "region__name"]

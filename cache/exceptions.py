@@ -12,3 +12,11 @@ class NoSuchRegionError(DomainError):
 class RegionExistsError(DomainError):
     code = "region_exists"
     status = 409
+
+
+class SinceTooOldError(DomainError):
+    """A ``since`` below what the region's tombstones still cover: the
+    client registers without ``since`` for a full image."""
+
+    code = "since_too_old"
+    status = 409

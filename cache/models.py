@@ -10,6 +10,15 @@ class Region(models.Model):
     name = models.CharField(max_length=128, unique=True)
     conflate_events = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The highest log position a ``since`` catch-up cannot answer from: the
+    # seq of the newest tombstone pruned here, at least the log head when
+    # the region was created (what its name held before is not known). A
+    # ``since`` below it is ``since_too_old`` (docs/protocol.md).
+    tombstones_pruned_through = models.BigIntegerField(default=0)
+    # The highest version of a tombstone pruned here: a key without a row
+    # starts above it, so a key re-created after its tombstone went keeps
+    # growing its versions.
+    pruned_version = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]
@@ -19,18 +28,41 @@ class Region(models.Model):
 
 
 class Entry(models.Model):
-    """One key of a region; a destroyed key keeps its row so versions go on."""
+    """One key of a region; a destroyed key keeps its row (its tombstone)
+    for at least ``DURABLECACHE_TOMBSTONE_KEEP_S``, so versions go on and a
+    ``since`` catch-up can say the key went."""
 
-    region = models.ForeignKey(Region, on_delete=models.CASCADE, related_name="entries")
+    # No index of its own: the (region, key) and (region, seq, id) indexes
+    # lead with it, and every write updates each index of the row.
+    region = models.ForeignKey(
+        Region, on_delete=models.CASCADE, related_name="entries", db_index=False
+    )
     key = models.CharField(max_length=512)
     value = models.JSONField(null=True)
     version = models.BigIntegerField(default=0)
     is_destroyed = models.BooleanField(default=False)
     updated_at = models.DateTimeField()
+    # The seq of the event of the key's last change, written by the
+    # statement that writes the row (0: last changed before entries kept
+    # it). A ``since`` image reads "changed after seq S" by the index
+    # below, a page at a time.
+    seq = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["region", "key"], name="entry_region_key")
+        ]
+        indexes = [
+            # (seq, id): many rows share a region_clear's seq, so pages go
+            # on from the last (seq, id) read.
+            models.Index(fields=["region", "seq", "id"], name="entry_region_seq"),
+            # The tombstones by age, for their pruning (only destroyed rows
+            # are in it).
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(is_destroyed=True),
+                name="entry_tombstone_age",
+            ),
         ]
         verbose_name_plural = "entries"
 

@@ -3,7 +3,7 @@
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -11,10 +11,10 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from cache.exceptions import NoSuchRegionError
+from cache.exceptions import NoSuchRegionError, SinceTooOldError
 from cache.models import Entry, Event, EventLog, Node, Region
 from common import sql
-from common.errors import NotFoundError
+from common.errors import NotFoundError, ValidationError
 
 
 def region_get(*, name: str) -> Region:
@@ -197,3 +197,102 @@ def entries_for_keys(*, region: str, keys: list[str]) -> list[Entry]:
         )
     }
     return [found[k] for k in keys if k in found]
+
+
+# ``since`` catch-ups (docs/protocol.md, "Catching up by key").
+
+
+class ChangedEntry(NamedTuple):
+    """An entry as a ``since`` image reads it: destroyed ones too (their
+    tombstones), with the seq of its last change."""
+
+    pk: int
+    key: str
+    value: Any
+    version: int
+    is_destroyed: bool
+    seq: int
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Where the next page of ``entries_changed_after`` goes on from."""
+        return self.seq, self.pk
+
+
+# Above every entry id: ``(seq, id) > (since, _ID_MAX)`` is ``seq > since``.
+_ID_MAX = 2**63 - 1
+
+
+def since_within_log(since: int) -> None:
+    """Refuse (``bad_field``) a ``since`` above the log head: no event the
+    cluster ever wrote has it (the head read without the writers' lock is
+    at least any seq already delivered)."""
+    head = event_log_head()
+    if since > head:
+        raise ValidationError(f"since {since} is beyond the event log's head {head}")
+
+
+def since_check(*, region: str, since: int) -> None:
+    """Raise SinceTooOldError when the region's tombstones no longer cover
+    ``since``: one pruned had a later seq, or the region was created after
+    it (NoSuchRegionError without the region)."""
+    floor = (
+        Region.objects.filter(name=region)
+        .values_list("tombstones_pruned_through", flat=True)
+        .first()
+    )
+    if floor is None:
+        raise NoSuchRegionError(f"region {region!r} does not exist")
+    if since < floor:
+        raise SinceTooOldError(
+            f"since {since} is older than what region {region!r} still knows"
+            f" ({floor}): register without since for a full image"
+        )
+
+
+def entries_changed_after(
+    *, region: str, since: int, after: tuple[int, int] | None, limit: int
+) -> list[ChangedEntry]:
+    """The region's entries, tombstones too, whose last change is after
+    seq ``since``, in (seq, id) order, from after the row at ``after`` (a
+    ``ChangedEntry.position``; None: from the first), at most ``limit``.
+
+    One statement on the (region, seq, id) index: its cost is the page's,
+    whatever the size of the region. A row changed while the pages are
+    read moves to a later seq, so it is read again there, never skipped.
+    """
+    seq, pk = after if after is not None else (since, _ID_MAX)
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT e.id, e.{quote('key')}, e.{quote('value')}, e.version,"  # noqa: S608
+            " e.is_destroyed, e.seq"
+            f" FROM {sql.table(Entry, connection)} e"
+            f" WHERE e.region_id = (SELECT r.id FROM {sql.table(Region, connection)} r"
+            " WHERE r.name = %s) AND (e.seq, e.id) > (%s, %s)"
+            " ORDER BY e.seq, e.id LIMIT %s",
+            [region, seq, pk, limit],
+        )
+        rows = cursor.fetchall()
+    return [_changed(row) for row in rows]
+
+
+def entries_changed_for_keys(
+    *, region: str, keys: list[str], since: int
+) -> list[ChangedEntry]:
+    """The entries of ``keys``, tombstones too, whose last change is after
+    seq ``since``, in the given key order (by the (region, key) index)."""
+    found = {
+        row[1]: row
+        for row in Entry.objects.filter(
+            region__name=region, key__in=keys, seq__gt=since
+        ).values_list("pk", "key", "value", "version", "is_destroyed", "seq")
+    }
+    return [ChangedEntry._make(found[k]) for k in keys if k in found]
+
+
+def _changed(row: tuple[Any, ...]) -> ChangedEntry:
+    """A row of ``entries_changed_after``: its value is JSON text."""
+    pk, key, value, version, is_destroyed, seq = row
+    value = None if value is None else json.loads(value)
+    return ChangedEntry(pk, key, value, version, bool(is_destroyed), seq)

@@ -9,10 +9,12 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from cache import selectors as cache_selectors
+from cache import services as cache_services
 from cache.models import Entry, Event, Node
 from clients import fanout, history, placement, replication, samples, services
 from clients.models import (
@@ -54,7 +56,8 @@ def tick(node: str, judge: bool = True) -> None:
     redundancy, 5. heal copies being filled here and the closed CQs'
     forgets still pending here (a lost task), 6. expire clients,
     7. report queue sizes and acks, 8. apply the acks primaries reported,
-    9. drop orphaned queues, 10. prune the event log, 11. sample counters
+    9. drop orphaned queues, 10. prune the event log and the tombstones
+    kept past ``DURABLECACHE_TOMBSTONE_KEEP_S``, 11. sample counters
     for the dashboard (every few seconds), 12. prune old client history,
     13. vacuum the tables whose rows churn, when their dead rows pile up
     (PostgreSQL; looked at every ``VACUUM_CHECK_S``).
@@ -76,6 +79,7 @@ def tick(node: str, judge: bool = True) -> None:
     replication.apply_reported_acks(node)
     drop_orphans()
     prune_event_log()
+    cache_services.tombstones_prune(keep_s=settings.DURABLECACHE_TOMBSTONE_KEEP_S)
     samples.sample(node)
     history.history_prune()
     vacuum_churned()

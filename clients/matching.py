@@ -71,6 +71,24 @@ def parse_policy(value: Any) -> str:
     return str(value)
 
 
+# The largest seq a ``since`` may name (the log's seqs are 64-bit).
+MAX_SEQ = 2**63 - 1
+
+
+def parse_since(value: Any, *, policy: str | None = None) -> int | None:
+    """Read a registration's ``since`` (None: absent): a non-negative
+    integer seq; with ``policy`` ``none`` (no image to catch up) refused."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("since must be a non-negative integer seq")
+    if not 0 <= value <= MAX_SEQ:
+        raise ValidationError(f"since must be a seq from 0 to {MAX_SEQ}")
+    if policy == Policy.NONE:
+        raise ValidationError("since needs an image: policy keys_values or keys")
+    return int(value)
+
+
 def parse_bool(value: Any, *, field: str, default: bool = False) -> bool:
     if value is None:
         return default

@@ -240,6 +240,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = DURABLECACHE_MAX_BODY_BYTES
 # its database connections across requests; durablecache.server.pooled_http).
 DURABLECACHE_HTTP_THREADS = env_int("DURABLECACHE_HTTP_THREADS", 8, minimum=1)
 DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
+# A destroyed key's row (its tombstone) is kept at least this long for
+# ``since`` catch-ups, then pruned by the tick (cache.services.tombstones).
+DURABLECACHE_TOMBSTONE_KEEP_S = env_float(
+    "DURABLECACHE_TOMBSTONE_KEEP_S", 86400.0, minimum=0.0
+)
 DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)
 DURABLECACHE_FANOUT_BATCH = env_int("DURABLECACHE_FANOUT_BATCH", 1000, minimum=1)
 DURABLECACHE_POLL_S = env_float("DURABLECACHE_POLL_S", 1.0, minimum=0.05)

@@ -213,7 +213,10 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
     ) -> None:
         interest = await registrations.interest_register(self._held().id, frame)
         count = await registrations.send_image(self.send, req_id, interest)
-        await self.send(protocol.reply("interest_registered", req_id, count=count))
+        since = registrations.since_field(interest.since)
+        await self.send(
+            protocol.reply("interest_registered", req_id, count=count, **since)
+        )
 
     async def on_unregister_interest(
         self, frame: dict[str, Any], req_id: str | None
@@ -226,10 +229,16 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         delivery is held meanwhile, so no event naming the CQ goes out
         before ``cq_registered``."""
         async with streams.held(self.stream):
-            cq = await registrations.cq_register(self._held().id, frame)
-            count = await registrations.send_cq_image(self.send, req_id, cq)
+            cq, since = await registrations.cq_register(self._held().id, frame)
+            count = await registrations.send_cq_image(self.send, req_id, cq, since)
             await self.send(
-                protocol.reply("cq_registered", req_id, name=cq.name, count=count)
+                protocol.reply(
+                    "cq_registered",
+                    req_id,
+                    name=cq.name,
+                    count=count,
+                    **registrations.since_field(since),
+                )
             )
 
     async def on_close_cq(self, frame: dict[str, Any], req_id: str | None) -> None:

@@ -1,4 +1,5 @@
-"""The registration frames of a socket: interests and their initial images.
+"""The registration frames of a socket: interests and CQs, and their
+images: the current entries, or with ``since`` what changed after it.
 
 docs/protocol.md; every decision is a ``clients`` service or selector.
 """
@@ -11,7 +12,14 @@ from typing import Any
 from channels.db import database_sync_to_async as db
 
 from clients import selectors, services
-from clients.matching import Selector, parse_bool, parse_policy, parse_selector
+from clients.matching import (
+    Selector,
+    parse_bool,
+    parse_policy,
+    parse_selector,
+    parse_since,
+)
+from clients.selectors.images import Cursor
 from sockets import protocol
 
 # Entries (or keys) per ``image`` frame, and per database trip.
@@ -27,6 +35,7 @@ class Registered:
     region: str
     selector: Selector
     policy: str
+    since: int | None
 
 
 async def interest_register(client_id: uuid.UUID, frame: dict[str, Any]) -> Registered:
@@ -35,19 +44,28 @@ async def interest_register(client_id: uuid.UUID, frame: dict[str, Any]) -> Regi
     selector = parse_selector(frame)
     is_durable = parse_bool(frame.get("durable"), field="durable")
     policy = parse_policy(frame.get("policy"))
+    since = parse_since(frame.get("since"), policy=policy)
     await db(services.interest_register_by_client_id)(
         client_id=client_id,
         region=region,
         selector=selector,
         is_durable=is_durable,
         policy=policy,
+        since=since,
     )
-    return Registered(region, selector, policy)
+    return Registered(region, selector, policy, since)
+
+
+def since_field(since: int | None) -> dict[str, int]:
+    """The ``since`` a registration's reply says back, when it had one."""
+    return {} if since is None else {"since": since}
 
 
 async def send_image(send: Send, req_id: str | None, interest: Registered) -> int:
     """Send the interest's initial image in ``image`` frames of at most
     ``IMAGE_CHUNK`` items; return how many items were sent."""
+    if interest.since is not None:
+        return await _send_since_image(send, req_id, interest, interest.since)
     field = "keys" if interest.policy == "keys" else "entries"
     count, after = 0, None
     while True:
@@ -69,6 +87,32 @@ async def send_image(send: Send, req_id: str | None, interest: Registered) -> in
             return count
 
 
+async def _send_since_image(
+    send: Send, req_id: str | None, interest: Registered, since: int
+) -> int:
+    """Send what changed after ``since`` for the interest, a page per
+    ``image`` frame; return how many items were sent."""
+    count: int = 0
+    after: Cursor | None = None
+    while True:
+        page = await db(selectors.since_image_page)(
+            region=interest.region,
+            selector=interest.selector,
+            policy=interest.policy,
+            since=since,
+            after=after,
+            size=IMAGE_CHUNK,
+        )
+        if page.items:
+            count += page.items
+            await send(
+                protocol.reply("image", req_id, region=interest.region, **page.fields)
+            )
+        if page.following is None:
+            return count
+        after = page.following
+
+
 async def interest_unregister(client_id: uuid.UUID, frame: dict[str, Any]) -> None:
     """Unregister the interest an ``unregister_interest`` frame names."""
     region = protocol.required_str(frame, "region")
@@ -78,21 +122,32 @@ async def interest_unregister(client_id: uuid.UUID, frame: dict[str, Any]) -> No
     )
 
 
-async def cq_register(client_id: uuid.UUID, frame: dict[str, Any]) -> Any:
+async def cq_register(
+    client_id: uuid.UUID, frame: dict[str, Any]
+) -> tuple[Any, int | None]:
     """Register the CQ a ``register_cq`` frame asks for (its checks, in
-    order: bad_field, no_such_region, bad_query, are the service's)."""
-    return await db(services.cq_register_by_client_id)(
+    order: bad_field, no_such_region, bad_query, since_too_old, are the
+    service's); return it and the frame's ``since``."""
+    since = parse_since(frame.get("since"))
+    cq = await db(services.cq_register_by_client_id)(
         client_id=client_id,
         name=frame.get("name"),
         region=frame.get("region"),
         query=frame.get("query"),
         durable=frame.get("durable"),
+        since=since,
     )
+    return cq, since
 
 
-async def send_cq_image(send: Send, req_id: str | None, cq: Any) -> int:
-    """Send a CQ's current members in ``image`` frames of at most
-    ``IMAGE_CHUNK`` entries, by key; return how many were sent."""
+async def send_cq_image(
+    send: Send, req_id: str | None, cq: Any, since: int | None = None
+) -> int:
+    """Send a CQ's current members (with ``since``: what changed after it)
+    in ``image`` frames of at most ``IMAGE_CHUNK`` entries; return how many
+    were sent."""
+    if since is not None:
+        return await _send_cq_since_image(send, req_id, cq, since)
     count, after = 0, None
     while True:
         items, after = await db(selectors.cq_image_page)(
@@ -107,6 +162,28 @@ async def send_cq_image(send: Send, req_id: str | None, cq: Any) -> int:
             )
         if after is None:
             return count
+
+
+async def _send_cq_since_image(
+    send: Send, req_id: str | None, cq: Any, since: int
+) -> int:
+    count: int = 0
+    after: tuple[int, int] | None = None
+    while True:
+        page = await db(selectors.cq_since_image_page)(
+            region=cq.region, query=cq.query, since=since, after=after, size=IMAGE_CHUNK
+        )
+        if page.items:
+            count += page.items
+            await send(
+                protocol.reply(
+                    "image", req_id, region=cq.region, cq=cq.name, **page.fields
+                )
+            )
+        if page.following is None:
+            return count
+        assert isinstance(page.following, tuple)  # noqa: S101 (a CQ's pages)
+        after = page.following
 
 
 async def cq_close(client_id: uuid.UUID, frame: dict[str, Any]) -> str:

@@ -33,7 +33,15 @@ class WrittenEvent(NamedTuple):
 
 
 # A putall's rows, in these columns (asserted against the models).
-_PUTALL_ENTRY = ["region", "key", "value", "version", "is_destroyed", "updated_at"]
+_PUTALL_ENTRY = [
+    "region",
+    "key",
+    "value",
+    "version",
+    "is_destroyed",
+    "updated_at",
+    "seq",
+]
 _PUTALL_EVENT = ["seq", "event_id", "region", "key", "op", "value", "version"]
 assert [f.name for f in ENTRY_FIELDS] == _PUTALL_ENTRY  # noqa: S101
 assert [f.name for f in EVENT_FIELDS] == [  # noqa: S101
@@ -107,16 +115,16 @@ def entry_putall(*, region: str, entries: Mapping[str, Any]) -> list[WrittenEven
             text = texts[key]
             old = existing.get(key)
             prior = None
+            seq += 1
             if old is None:
-                op, version = Op.CREATE.value, 1
-                creates.append([reg.pk, key, text, version, False, updated_at])
+                op, version = Op.CREATE.value, reg.pruned_version + 1
+                creates.append([reg.pk, key, text, version, False, updated_at, seq])
             else:
                 pk, version, destroyed, stored = old
                 prior = None if destroyed else stored
                 op = Op.CREATE.value if destroyed else Op.UPDATE.value
                 version += 1
-                updates.append([text, version, False, updated_at, pk])
-            seq += 1
+                updates.append([text, version, False, updated_at, seq, pk])
             event_id = uuid.uuid4().hex
             events.append(
                 [seq, event_id, name, key, op, text, version, conflate, ts, prior]
@@ -231,7 +239,7 @@ def _put_rows(
 ) -> None:
     """``entries_put_many``'s writes: the events in order (their seqs
     reserved after ``before``), then each entry row once, as the last put
-    of its key left it."""
+    of its key left it (its seq that put's)."""
     rows = _entry_rows(cursor, puts, texts, regions)
     conn = cursor.db
     now = timezone.now()
@@ -246,8 +254,8 @@ def _put_rows(
         # The value before this put: the row's, or an earlier put's of the
         # same key in this round.
         prior = None if row[2] else row[3]
-        row[1], row[2], row[3] = row[1] + 1, False, texts[i]
         seq += 1
+        row[1], row[2], row[3], row[4] = row[1] + 1, False, texts[i], seq
         event_id = uuid.uuid4().hex
         conflate = regions[name].conflate_events
         events.append(
@@ -255,11 +263,13 @@ def _put_rows(
         )
         results[i] = WrittenEvent(seq, event_id, key, op, row[1])
     creates, updates = [], []
-    for (name, key), (pk, version, _, text) in rows.items():
+    for (name, key), (pk, version, _, text, last) in rows.items():
         if pk is None:
-            creates.append([regions[name].pk, key, text, version, False, updated_at])
+            creates.append(
+                [regions[name].pk, key, text, version, False, updated_at, last]
+            )
         else:
-            updates.append([text, version, False, updated_at, pk])
+            updates.append([text, version, False, updated_at, last, pk])
     _write_rows(cursor, creates, updates, events)
 
 
@@ -269,10 +279,11 @@ def _entry_rows(
     texts: dict[int, str | None],
     regions: Mapping[str, Region],
 ) -> dict[tuple[str, str], list[Any]]:
-    """``{(region, key): [entry pk or None, version, is_destroyed, text]}``
-    of every key put, as its row stands, locked (a key without a row: a
-    destroyed one at version 0); ``text`` is the stored value's JSON text
-    until a put replaces it."""
+    """``{(region, key): [entry pk or None, version, is_destroyed, text,
+    seq]}`` of every key put, as its row stands, locked (a key without a
+    row: a destroyed one at its region's ``pruned_version``); ``text`` is
+    the stored value's JSON text and ``seq`` None until a put replaces
+    them."""
     keys: dict[str, list[str]] = {}
     for i in texts:
         keys.setdefault(puts[i][0], []).append(puts[i][1])
@@ -281,7 +292,10 @@ def _entry_rows(
         found = _locked_versions(regions[name], list(dict.fromkeys(names)), cursor)
         for key in names:
             old = found.get(key)
-            row: list[Any] = [None, 0, True, None] if old is None else [*old]
+            floor = regions[name].pruned_version
+            row: list[Any] = (
+                [None, floor, True, None, None] if old is None else [*old, None]
+            )
             rows.setdefault((name, key), row)
     return rows
 
@@ -290,5 +304,5 @@ def _update_entry_values_sql(conn: Any) -> str:
     value = conn.ops.quote_name("value")
     return (
         f"UPDATE {sql.table(Entry, conn)} SET {value} = {sql.json_text_mark(conn)},"  # noqa: S608
-        " version = %s, is_destroyed = %s, updated_at = %s WHERE id = %s"
+        " version = %s, is_destroyed = %s, updated_at = %s, seq = %s WHERE id = %s"
     )

@@ -64,17 +64,19 @@ def _save_entry(entry: Entry) -> None:
 
 
 def _change(
-    region: Region, entry: Entry | None, key: str, op: str, value: Any
+    region: Region, entry: Entry | None, key: str, op: str, value: Any, seq: int
 ) -> tuple[Entry, dict[str, Any]]:
-    """Apply one change to an entry row (created when missing)."""
+    """Apply one change, the event ``seq``, to an entry row (created when
+    missing, above the region's pruned tombstones' versions)."""
     now = timezone.now()
     if entry is None:
-        entry = Entry(region=region, key=key, version=0)
+        entry = Entry(region=region, key=key, version=region.pruned_version)
     prior = None if entry.is_destroyed else entry.value
     entry.version += 1
     entry.value = value
     entry.is_destroyed = op == Op.DESTROY
     entry.updated_at = now
+    entry.seq = seq
     spec = {
         "region": region.name,
         "key": key,
@@ -96,7 +98,7 @@ def entry_put(*, region: str, key: str, value: Any) -> tuple[Entry, Event]:
         reg = region_by_name(region)
         old = _locked_entry(reg, key)
         op = Op.CREATE if old is None or old.is_destroyed else Op.UPDATE
-        entry, spec = _change(reg, old, key, op, value)
+        entry, spec = _change(reg, old, key, op, value, before + 1)
         _save_entry(entry)
         (event,) = append_events(before, [spec])
     return entry, event
@@ -110,7 +112,7 @@ def _existing_change(region: str, key: str, op: str) -> tuple[Entry, Event]:
         old = _locked_entry(reg, key)
         if old is None or old.is_destroyed:
             raise NotFoundError(f"no entry {key!r} in region {region!r}")
-        entry, spec = _change(reg, old, key, op, None)
+        entry, spec = _change(reg, old, key, op, None, before + 1)
         _save_entry(entry)
         (event,) = append_events(before, [spec])
     return entry, event

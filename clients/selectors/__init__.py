@@ -40,6 +40,11 @@ from clients.selectors.delivery import (
     sockets_holding,
     welcome_fields,
 )
+from clients.selectors.images import (
+    SincePage,
+    cq_since_image_page,
+    since_image_page,
+)
 
 __all__ = [
     "CLIENT_STATES",
@@ -47,6 +52,7 @@ __all__ = [
     "INTEREST_CLIENTS_PER_READ",
     "SERIES_GAP",
     "InterestRow",
+    "SincePage",
     "client_get",
     "client_history",
     "client_list",
@@ -58,6 +64,7 @@ __all__ = [
     "cluster_series",
     "cq_image_page",
     "cq_list",
+    "cq_since_image_page",
     "dashboard_clients",
     "dashboard_counts",
     "delivery_checks",
@@ -70,6 +77,7 @@ __all__ = [
     "queue_sizes_of",
     "recent_history",
     "redundancy_satisfied",
+    "since_image_page",
     "sockets_holding",
     "welcome_fields",
 ]

@@ -13,6 +13,7 @@ from clients import dispatch, selectors
 from clients.cq import QueryError, canonical_text, parse_query
 from clients.cq_forgets import cq_forget_here
 from clients.exceptions import BadQueryError, UnknownClientError
+from clients.matching import parse_since
 from clients.models import ClosedCq, ContinuousQuery, DurableClient, EndedCq
 from clients.placement import self_node
 from clients.services.interests import clients_lock
@@ -23,10 +24,18 @@ NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def cq_check(
-    *, name: Any, region: Any, query: Any, durable: Any, client_is_durable: bool
+    *,
+    name: Any,
+    region: Any,
+    query: Any,
+    durable: Any,
+    client_is_durable: bool,
+    since: Any = None,
 ) -> tuple[str, str, str, bool]:
     """Check a registration's fields in the protocol's order (bad_field,
-    no_such_region, bad_query); return (name, region, canonical, durable)."""
+    no_such_region, bad_query); return (name, region, canonical, durable).
+    A ``since`` is checked with the other fields (a seq above the log head
+    is ``bad_field`` too); whether the region still covers it, later."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValidationError("name must be 1-128 characters of [A-Za-z0-9._:-]")
     if not isinstance(region, str):
@@ -39,6 +48,9 @@ def cq_check(
         raise ValidationError("durable must be a boolean")
     if durable and not client_is_durable:
         raise ValidationError("a durable CQ needs a durable client")
+    since = parse_since(since)
+    if since is not None:
+        cache_selectors.since_within_log(since)
     cache_selectors.region_get(name=region)
     try:
         parsed = parse_query(query, region=region)
@@ -48,7 +60,13 @@ def cq_check(
 
 
 def cq_register(
-    *, client: DurableClient, name: Any, region: Any, query: Any, durable: Any
+    *,
+    client: DurableClient,
+    name: Any,
+    region: Any,
+    query: Any,
+    durable: Any,
+    since: Any = None,
 ) -> ContinuousQuery:
     """Register a CQ; idempotent for the same definition (region, query by
     its canonical form, durability), ``bad_field`` for another one.
@@ -56,6 +74,8 @@ def cq_register(
     The CQ judges the events after the log head read here, with the log
     locked to the commit (as ``interest_register``): an image read after
     this holds every change before it. Locks: the client, the event log.
+    A ``since`` the region's tombstones no longer cover is
+    ``since_too_old``, after every other check, and registers nothing.
     """
     name, region, canonical, durable = cq_check(
         name=name,
@@ -63,21 +83,22 @@ def cq_register(
         query=query,
         durable=durable,
         client_is_durable=client.is_durable,
+        since=since,
     )
     with transaction.atomic():
         clients_lock([client.pk])
         existing = ContinuousQuery.objects.filter(client=client, name=name).first()
+        if existing is not None and (
+            existing.region,
+            existing.canonical,
+            existing.is_durable,
+        ) != (region, canonical, durable):
+            raise ValidationError(f"CQ {name!r} is registered with another definition")
+        if since is not None:
+            cache_selectors.since_check(region=region, since=since)
         if existing is not None:
-            if (existing.region, existing.canonical, existing.is_durable) != (
-                region,
-                canonical,
-                durable,
-            ):
-                raise ValidationError(
-                    f"CQ {name!r} is registered with another definition"
-                )
             return existing
-        since = cache_services.event_log_head_locked()
+        head = cache_services.event_log_head_locked()
         return ContinuousQuery.objects.create(
             client=client,
             name=name,
@@ -85,7 +106,7 @@ def cq_register(
             query=query,
             canonical=canonical,
             is_durable=durable,
-            since_seq=since,
+            since_seq=head,
         )
 
 

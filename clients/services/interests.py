@@ -22,8 +22,14 @@ def interest_register(
     selector: Selector,
     is_durable: bool,
     policy: str,
+    since: int | None = None,
 ) -> list[Interest]:
     """Register (idempotently) one selector; return its interest rows.
+
+    ``since`` (a catch-up, read with ``clients.matching.parse_since``): a
+    seq above the log head is ``bad_field``, checked before the region;
+    one the region's tombstones no longer cover is ``since_too_old``,
+    checked last, under the log's lock, and nothing is registered.
 
     New rows see events with seq above the log head read here, and the
     image is read after that, so nothing written in between is missed
@@ -38,12 +44,16 @@ def interest_register(
     log: holding the client first keeps the two from waiting on each
     other), the event log, the interests.
     """
+    if since is not None:
+        cache_selectors.since_within_log(since)
     cache_selectors.region_get(name=region)
     if is_durable and not client.is_durable:
         raise ValidationError("durable interest needs a durable client")
     with transaction.atomic():
         clients_lock([client.pk])
-        since = cache_services.event_log_head_locked()
+        head = cache_services.event_log_head_locked()
+        if since is not None:
+            cache_selectors.since_check(region=region, since=since)
         return [
             _interest_upsert(
                 client,
@@ -53,7 +63,7 @@ def interest_register(
                 defaults={
                     "is_durable": is_durable,
                     "policy": policy,
-                    "since_seq": since,
+                    "since_seq": head,
                 },
             )
             for value in selector.values
