@@ -1,10 +1,11 @@
 """Recovery by key: the server's resync after a gap, `since` re-registration
 after a lost queue or a drop, `since_too_old` and full images that prune.
 
-The fake server speaks the frames of docs/protocol.md: `welcome` with
-`gap`, the `gap` frame, `image` chunks with `resync: true`, tombstones
-(`destroyed`) and CQ non-member markers (`cq_op: "destroy"`), replies that
-say `since` back, and the `since_too_old` error.
+The fake server speaks the protocol's recovery frames (sdk/python/README.md,
+"Recovery"): `welcome` with `gap`, the `gap` frame, `image` chunks with
+`resync: true`, tombstones (`destroyed`) and CQ non-member markers
+(`cq_op: "destroy"`), replies that say `since` back, and the
+`since_too_old` error.
 """
 
 import asyncio
