@@ -59,6 +59,7 @@ class ClientCore:
 
     message_tracking_timeout: float
     on_error: Callback | None
+    on_gap: Callback | None
 
     def __init__(self) -> None:
         self._regions: dict[str, Region] = {}
@@ -74,6 +75,9 @@ class ClientCore:
         self._seen = SeenIds(self.message_tracking_timeout)
         self.duplicates_dropped = 0
         self.reconnects = 0
+        # The highest seq delivered, in any region and session: the `since`
+        # of a recovery by key (sdk/python/README.md, "Recovery").
+        self._last_seq: int | None = None
 
         self._session: Session | None = None
         self._welcome: Welcome | None = None

@@ -1,9 +1,10 @@
 """Delivery in the asyncio client: frames read, events handed over, acks.
 
 A layer of `AsyncDurableClient` (see `_core`). Each session's reader turns
-frames into replies, image entries and queued events; one dispatcher task
-hands events and markers to the listeners in order; the ack task acks what
-they were handed (sdk/python/README.md, "Acks").
+frames into replies, image entries, gaps and queued events; one dispatcher
+task hands events, resync events and markers to the listeners in order; the
+ack task acks what they were handed (sdk/python/README.md, "Acks" and
+"Recovery").
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from functools import partial
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
 from ._core import Callback, invoke, logger
+from ._images import CqImage, RegionImage
 from ._regions import ClientRegions
-from ._session import Pending, Session
+from ._session import Session
 from .errors import error_from_frame
 from .events import (
     CQ_OPS,
     LISTENER_METHODS,
-    CacheListener,
     CqEvent,
     EntryEvent,
+    Gap,
     Marker,
     RegionLiveEvent,
 )
@@ -42,7 +45,6 @@ REPLY_TYPES = (
 
 class ClientDelivery(ClientRegions):
     ack_interval: float
-    default_listener: CacheListener | None
     on_marker: Callback | None
     _close_timeout: float
 
@@ -87,6 +89,16 @@ class ClientDelivery(ClientRegions):
             )
         elif kind == "image":
             self._apply_image(session, frame)
+        elif kind == "gap":
+            gap = Gap.from_frame(frame)
+            if gap is None:
+                logger.warning("ignoring a malformed gap: %.200r", frame)
+                return
+
+            async def gapped() -> None:
+                await self._gapped(session, gap)
+
+            self._later(session, gapped)
         elif kind == "error":
             await self._error_frame(session, frame)
         elif kind == "cq_closed" and str(frame.get("id")) not in session.pending:
@@ -114,70 +126,43 @@ class ClientDelivery(ClientRegions):
             await invoke(self.on_error, exc)
 
     def _apply_image(self, session: Session, frame: dict[str, Any]) -> None:
+        """Hand an `image` chunk to the request it answers, or apply the
+        server's own resync after a gap (`resync: true`, no request)."""
         pending = session.pending.get(str(frame.get("id")))
-        name = frame.get("region") or (
-            pending.region.name if pending and pending.region else None
-        )
-        if not name:
-            logger.warning("ignoring an image without region: %.200r", frame)
-            return
-        region = self.region(str(name))
-        keys = pending.image_keys if pending is not None else set()
-        if frame.get("cq") is not None or (pending is not None and pending.cq):
-            self._apply_cq_image(session, pending, frame, keys)
-            return
-        for entry in frame.get("entries") or []:
-            key = entry.get("key")
-            if key is None:
-                continue
-            keys.add(key)
-            region._apply_image_entry(
-                key, entry.get("value"), int(entry.get("version", 0))
-            )
-        for key in frame.get("keys") or []:
-            keys.add(key)
-            region._apply_image_key(key)
+        if pending is not None and pending.image is not None:
+            pending.image.chunk(frame)
+        elif frame.get("resync") is True:
+            self._resync_image(session, frame)
+        else:
+            logger.debug("ignoring an image no request waits for: %.200r", frame)
 
-    def _apply_cq_image(
-        self,
-        session: Session,
-        pending: Pending | None,
-        frame: dict[str, Any],
-        keys: set[str],
-    ) -> None:
-        """Put a CQ's image in its result set, never in the region's cache."""
-        cq = pending.cq if pending is not None else None
-        if cq is None:
-            cq = self._cqs.get(str(frame.get("cq")))
-        if cq is None:
-            logger.debug("ignoring the image of an unknown CQ: %.200r", frame)
+    def _resync_image(self, session: Session, frame: dict[str, Any]) -> None:
+        """Apply one chunk of the server's resync to the CQ it names, or to
+        the region's cache (it holds only changes: nothing is pruned)."""
+        name, region_name = frame.get("cq"), frame.get("region")
+        if isinstance(name, str):
+            cq = self._cqs.get(name)
+            if cq is not None:
+                CqImage(cq, "resync", partial(self._tell_cq, session, cq)).chunk(frame)
             return
-        # A re-registration no replay covers, or the server's own resync
-        # after a gap: the listener hears what changed.
-        resync = (pending is not None and pending.resync) or frame.get("resync") is True
-        for entry in frame.get("entries") or []:
-            key, version = entry.get("key"), entry.get("version")
-            if not isinstance(key, str) or version is None:
-                continue
-            if entry.get("cq_op") == "destroy" or entry.get("destroyed") is True:
-                # A left marker or a tombstone: not in the result now.
-                if cq.apply_left(key, int(version)) and resync:
-                    base_op = "destroy" if entry.get("destroyed") else "update"
-                    left = CqEvent(
-                        cq.name, base_op, "destroy", cq.region, key, None,
-                        int(version), is_replay=False, is_resync=True,
-                    )  # fmt: skip
-                    self._tell_cq(session, cq, left)
-                continue
-            keys.add(key)
-            value = entry.get("value")
-            op = cq.apply_member(key, value, int(version))
-            if resync and op is not None:
-                event = CqEvent(
-                    cq.name, op, op, cq.region, key, value, int(version),
-                    is_replay=False, is_resync=True,
-                )  # fmt: skip
-                self._tell_cq(session, cq, event)
+        if not isinstance(region_name, str):
+            logger.warning("ignoring a resync image without region: %.200r", frame)
+            return
+        region = self.region(region_name)
+        tell = partial(self._tell_region, session, region)
+        RegionImage(region, "resync", None, tell).chunk(frame)
+
+    async def _gapped(self, session: Session, gap: Gap) -> None:
+        """The queue overflowed: changes after `gap.since` may be missing.
+
+        The server resyncs by itself after the `gap` frame; every
+        registration is also sent again with `since` (the last seq
+        delivered, else the gap's), so the local cache does not depend on
+        the server's resync alone.
+        """
+        since = self._last_seq if self._last_seq is not None else gap.since
+        self._recover_after_gap(session, since)
+        await invoke(self.on_gap, gap)
 
     async def _dispatch_loop(self) -> None:
         """Deliver events and markers in order, off the socket reader.
@@ -209,11 +194,16 @@ class ClientDelivery(ClientRegions):
                 self._dispatch_queue.task_done()
 
     async def _deliver_event(self, session: Session, event: EntryEvent) -> None:
-        if self._seen.check_and_add(event.id):
+        seq = event.seq
+        if seq is not None and (self._last_seq is None or seq > self._last_seq):
+            self._last_seq = seq
+        if event.id is not None and self._seen.check_and_add(event.id):
             self.duplicates_dropped += 1
             logger.debug("dropping duplicate event %s", event.id)
             return
         region = self.region(event.region)
+        if seq is not None:
+            region._note_seq(seq)
         # As in Geode, a CQ's events do not touch the region's cache: an
         # event naming CQs does only when an interest of the client covers
         # its key (a region op always does).

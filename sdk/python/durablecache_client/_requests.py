@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from websockets.exceptions import ConnectionClosed
@@ -17,26 +18,26 @@ from ._session import Pending, Session, SessionLostError
 from .errors import DurableCacheError
 
 if TYPE_CHECKING:
-    from ._cq import CqState
-    from .region import Region
+    from ._images import ImageApplier
+
+#: Makes the applier of one attempt's image (a new one for each session).
+ImageFactory = Callable[[Session], "ImageApplier"]
 
 
 class ClientRequests(ClientCore):
     _request_timeout: float
 
     async def _app_request(
-        self,
-        frame: dict[str, Any],
-        region: Region | None = None,
-        cq: CqState | None = None,
+        self, frame: dict[str, Any], image: ImageFactory | None = None
     ) -> dict[str, Any]:
         """Send a request on the live session, retrying on the next one if lost."""
         self._check_open()
         async with asyncio.timeout(self._request_timeout):
             while True:
                 session = await self._wait_session()
+                applier = None if image is None else image(session)
                 try:
-                    return await self._request_on(session, dict(frame), region, cq=cq)
+                    return await self._request_on(session, dict(frame), applier)
                 except SessionLostError:
                     # send() on a closed socket fails without yielding: wait
                     # for the reader to see the close, or this loop would spin
@@ -47,23 +48,20 @@ class ClientRequests(ClientCore):
         self,
         session: Session,
         frame: dict[str, Any],
-        region: Region | None = None,
+        image: ImageApplier | None = None,
         limit: float | None = None,
-        *,
-        cq: CqState | None = None,
-        resync: bool = False,
     ) -> dict[str, Any]:
         """Send one request on `session` and return its reply frame.
 
-        The reply of register requests carries the collected image keys under
-        the private key `_image_keys`. `cq` and `resync`: see `Pending`.
+        `image` takes the request's `image` chunks, and is finished with the
+        reply before this returns.
         """
         request_id = f"r{next(self._ids)}"
         frame["id"] = request_id
         future: asyncio.Future[dict[str, Any]] = (
             asyncio.get_running_loop().create_future()
         )
-        pending = Pending(frame["type"], region, future, cq=cq, resync=resync)
+        pending = Pending(frame["type"], future, image)
         session.pending[request_id] = pending
         try:
             if session.closed_event.is_set():
@@ -76,7 +74,8 @@ class ClientRequests(ClientCore):
                 reply = await future
         finally:
             session.pending.pop(request_id, None)
-        reply["_image_keys"] = pending.image_keys
+        if image is not None:
+            image.finish(reply)
         return reply
 
     async def _wait_session(self) -> Session:

@@ -19,8 +19,7 @@ from .errors import DurableCacheError, FatalConnectionError
 from .events import Marker, Welcome
 
 if TYPE_CHECKING:
-    from ._cq import CqState
-    from .region import Region
+    from ._images import ImageApplier
 
 logger = logging.getLogger("durablecache_client")
 
@@ -48,19 +47,12 @@ class ConflictError(TransientError):
 
 @dataclass(eq=False)
 class Pending:
-    """A request waiting for its reply; register requests collect image keys.
-
-    A `register_cq` names its CQ (`cq`), whose result set takes the image
-    instead of the region's cache; `resync` is true when that image is to be
-    told to the CQ's listener (a re-registration no replay covers).
-    """
+    """A request waiting for its reply; a register request's `image` takes
+    the `image` chunks that come before the reply (`_images`)."""
 
     kind: str
-    region: Region | None
     future: asyncio.Future[dict[str, Any]]
-    image_keys: set[str] = field(default_factory=set)
-    cq: CqState | None = None
-    resync: bool = False
+    image: ImageApplier | None = None
 
 
 @dataclass(eq=False)

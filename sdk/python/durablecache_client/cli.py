@@ -22,7 +22,15 @@ from typing import Any, TextIO
 
 from .client import AsyncDurableClient
 from .errors import DurableCacheError
-from .events import CacheListener, CqEvent, CqListener, EntryEvent, Marker, Welcome
+from .events import (
+    CacheListener,
+    CqEvent,
+    CqListener,
+    EntryEvent,
+    Gap,
+    Marker,
+    Welcome,
+)
 from .region import Region
 
 
@@ -97,16 +105,27 @@ class _JsonLinePrinter(CacheListener, CqListener):
         self.out.flush()
 
     def event(self, event: EntryEvent) -> None:
-        if event.id == self._last_id:
-            return  # already printed for another listener
-        self._last_id = event.id
+        if event.id is not None:  # a resync event (no id) is printed each time
+            if event.id == self._last_id:
+                return  # already printed for another listener
+            self._last_id = event.id
         self.emit({"type": "event", **event.to_json_dict()})
 
     def on_event(self, event: CqEvent) -> None:
         if event.entry is not None:
             self.event(event.entry)
-        else:  # a resync after a reconnect no replay covered
+        else:  # recovered by key: no delivered event behind it
             self.emit({"type": "event", **event.to_json_dict()})
+
+    def gap(self, gap: Gap) -> None:
+        self.emit(
+            {
+                "type": "gap",
+                "since": gap.since,
+                "dropped": gap.dropped,
+                "reason": gap.reason,
+            }
+        )
 
     def on_close(self) -> None:
         pass
@@ -160,9 +179,11 @@ class _JsonLinePrinter(CacheListener, CqListener):
         self.emit(data)
 
     def marker(self, marker: Marker) -> None:
-        self.emit(
-            {"type": "marker", "replayed": marker.replayed, "regions": marker.regions}
-        )
+        data: dict[str, Any] = {"type": "marker", "replayed": marker.replayed}
+        data["regions"] = marker.regions
+        if marker.resynced:
+            data["resynced"] = marker.resynced
+        self.emit(data)
 
     after_create = after_update = after_destroy = after_invalidate = event
     after_region_clear = after_region_destroy = event
@@ -189,6 +210,7 @@ async def subscribe(
         default_listener=printer,
         on_marker=printer.marker,
         on_reconnect=printer.reconnected,
+        on_gap=printer.gap,
         **client_options,
     )
     try:

@@ -29,7 +29,8 @@ class AsyncDurableClient(ClientConnection):
     `durable_id=None` makes a non-durable client. `conflate` is "server",
     "true"/"false" or a bool. Use `connect()`, `region(name, listener)`,
     `ready_for_events()` and `close(keepalive=...)`; also an async context
-    manager (`close(keepalive=False)` on exit).
+    manager (`close(keepalive=False)` on exit). `on_gap(gap)` hears each
+    `gap` the server reports (a `Gap`); the client recovers by key by itself.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class AsyncDurableClient(ClientConnection):
         on_reconnect: Callback | None = None,
         on_marker: Callback | None = None,
         on_error: Callback | None = None,
+        on_gap: Callback | None = None,
         connect_timeout: float | None = 30.0,
         request_timeout: float = 30.0,
         close_timeout: float = 10.0,
@@ -74,6 +76,7 @@ class AsyncDurableClient(ClientConnection):
         self.on_reconnect = on_reconnect
         self.on_marker = on_marker
         self.on_error = on_error
+        self.on_gap = on_gap
         self._request_timeout = request_timeout
         self._close_timeout = close_timeout
         self._reconnect = ReconnectPolicy(
@@ -95,6 +98,13 @@ class AsyncDurableClient(ClientConnection):
     def last_marker(self) -> Marker | None:
         """The last `marker` received, in any session."""
         return self._last_marker
+
+    @property
+    def last_seq(self) -> int | None:
+        """The highest `seq` delivered (any region, any session): the
+        `since` this client recovers from (sdk/python/README.md,
+        "Recovery"); None before the first event."""
+        return self._last_seq
 
     @property
     def connected(self) -> bool:

@@ -18,6 +18,33 @@ CQ_OPS = ("create", "update", "destroy", "region_clear", "region_destroy")
 
 
 @dataclass(frozen=True)
+class Gap:
+    """A queue overflow the server recorded: every change after `since` (a
+    `seq`) may be missing; `dropped` queued events were removed; `reason` is
+    `"overflow"`. The client recovers by key by itself (README, "Recovery").
+    """
+
+    since: int
+    dropped: int
+    reason: str
+
+    @classmethod
+    def from_frame(cls, frame: Any) -> Gap | None:
+        """Build a Gap from a `gap` frame or a welcome's `gap` field; None
+        when absent or malformed."""
+        if not isinstance(frame, dict):
+            return None
+        try:
+            return cls(
+                since=int(frame["since"]),
+                dropped=int(frame.get("dropped") or 0),
+                reason=str(frame.get("reason") or "overflow"),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class Welcome:
     """The server's answer to `hello`.
 
@@ -25,7 +52,8 @@ class Welcome:
     existed for this id (first connection, non-durable client, or after a close
     without keepalive), -1 when the queue was lost (expired or every host
     died), else the number of queued events that will be replayed after
-    `ready_for_events()`.
+    `ready_for_events()`. `gap` is set when the queue overflowed while the
+    client was away: after `ready_for_events()` the server resyncs by key.
     """
 
     durable_id: str | None
@@ -35,6 +63,7 @@ class Welcome:
     pending_event_count: int
     redundancy_satisfied: bool
     url: str = ""
+    gap: Gap | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -48,16 +77,19 @@ class Welcome:
             pending_event_count=int(frame.get("pending_events", -2)),
             redundancy_satisfied=bool(frame.get("redundancy_satisfied", True)),
             url=url,
+            gap=Gap.from_frame(frame.get("gap")),
             raw=dict(frame),
         )
 
 
 @dataclass(frozen=True)
 class Marker:
-    """The end of the replay: `replayed` events came before it."""
+    """The end of the replay: `replayed` events came before it, and
+    `resynced` entries of the server's resync after a gap (0 without one)."""
 
     replayed: int
     regions: list[str]
+    resynced: int = 0
 
     @classmethod
     def from_frame(cls, frame: dict[str, Any]) -> Marker:
@@ -65,6 +97,7 @@ class Marker:
         return cls(
             replayed=int(frame.get("replayed", 0)),
             regions=list(frame.get("regions") or []),
+            resynced=int(frame.get("resynced") or 0),
         )
 
 
@@ -98,10 +131,15 @@ class EntryEvent:
     `ready_for_events()` (or before a reconnect). `key` is None for the region
     ops `region_clear` and `region_destroy`. `cq` is None for plain interest
     events, else the frame's list of `{"name": ..., "cq_op": ...}`.
+
+    `is_resync` is true for an event the client made itself while it
+    recovered by key (README, "Recovery"): a key that was created, updated
+    or destroyed while events for it were lost. Such an event was never
+    queued: its `id`, `seq` and `ts` are None and `is_replay` is false.
     """
 
-    id: str
-    seq: int
+    id: str | None
+    seq: int | None
     region: str
     key: str | None
     op: str
@@ -110,6 +148,25 @@ class EntryEvent:
     ts: str | None
     is_replay: bool
     cq: list[dict[str, Any]] | None = None
+    is_resync: bool = False
+
+    @classmethod
+    def resync(
+        cls, region: str, key: str, op: str, value: Any, version: int | None
+    ) -> EntryEvent:
+        """The event that hands a key recovered by key to a listener."""
+        return cls(
+            id=None,
+            seq=None,
+            region=region,
+            key=key,
+            op=op,
+            value=value,
+            version=version,
+            ts=None,
+            is_replay=False,
+            is_resync=True,
+        )
 
     @classmethod
     def from_frame(cls, frame: dict[str, Any]) -> EntryEvent:
@@ -136,7 +193,8 @@ class EntryEvent:
         return datetime.fromisoformat(self.ts.replace("Z", "+00:00"))
 
     def to_json_dict(self) -> dict[str, Any]:
-        """Return the event as the protocol names its fields (`replay`, ...)."""
+        """Return the event as the protocol names its fields (`replay`, ...);
+        a resync event also says `resync: true`."""
         data: dict[str, Any] = {
             "id": self.id,
             "seq": self.seq,
@@ -148,6 +206,8 @@ class EntryEvent:
             "ts": self.ts,
             "replay": self.is_replay,
         }
+        if self.is_resync:
+            data["resync"] = True
         if self.cq is not None:
             data["cq"] = self.cq
         return data
@@ -163,9 +223,10 @@ class CqEvent:
     `update` (changed, still in), `destroy` (left), `region_clear` or
     `region_destroy`. `entry` is the delivered event (whose `cq` names every
     CQ of the client the change concerns); it is None for an event the
-    client made itself from a fresh image after a reconnect that no replay
-    covers (`is_resync` true): a key that entered, changed or left the
-    result while the client was away.
+    client made itself while it recovered by key (`is_resync` true; README,
+    "Recovery"): a key that entered, changed or left the result while its
+    events were lost. A key that left by a destroy says `base_op` destroy;
+    one that left otherwise (or is missing from a full image) says `update`.
     """
 
     cq_name: str

@@ -57,6 +57,7 @@ class Region:
         # time order, so expiry pops from the front.
         self._tombstones: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
+        self._last_seq: int | None = None
 
     def __repr__(self) -> str:
         return f"<Region {self.name!r} entries={len(self._entries)}>"
@@ -86,6 +87,13 @@ class Region:
         """Return a copy of the cache as `{key: (value, version)}`."""
         with self._lock:
             return dict(self._entries)
+
+    @property
+    def last_seq(self) -> int | None:
+        """The highest `seq` of an event of this region delivered to this
+        client (None before the first); the client's own `last_seq` is the
+        highest of all regions."""
+        return self._last_seq
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -199,24 +207,52 @@ class Region:
         held = self._held_version(key)
         return held is None or version is None or version > held
 
-    def _apply_image_entry(self, key: str, value: Any, version: int) -> bool:
-        """Store an image entry unless a newer version is already held."""
+    def _store(self, key: str, value: Any, version: int) -> None:
+        self._tombstones.pop(key, None)
+        self._entries[key] = (value, version)
+
+    def _apply_image_entry(self, key: str, value: Any, version: int) -> str | None:
+        """Store an image entry unless a version as new is already held;
+        return the change it made (`create` or `update`), or None."""
+        with self._lock:
+            if not self._is_newer(key, version):
+                return None
+            existed = key in self._entries
+            self._store(key, value, version)
+            return "update" if existed else "create"
+
+    def _apply_image_key(self, key: str) -> bool:
+        """Record a key sent by a `keys` policy image (value unknown: None);
+        True when the key was not cached."""
+        with self._lock:
+            if key in self._entries:
+                return False
+            tomb = self._tombstones.get(key)
+            # The real version is unknown but newer than any tombstone; any
+            # event carrying a real version replaces this placeholder.
+            self._store(key, None, 0 if tomb is None else tomb[0])
+            return True
+
+    def _forget_value(self, key: str) -> bool:
+        """Keep `key` with its version but an unknown (None) value; True when
+        it was cached (a `keys` resync: it changed, its value is stale)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return False
+            self._entries[key] = (None, entry[1])
+            return True
+
+    def _apply_resync_destroy(self, key: str, version: int | None) -> bool:
+        """Apply a resync's tombstone (version None: a `keys` policy one);
+        True when a cached entry went."""
         with self._lock:
             if not self._is_newer(key, version):
                 return False
-            self._tombstones.pop(key, None)
-            self._entries[key] = (value, version)
-            return True
-
-    def _apply_image_key(self, key: str) -> None:
-        """Record a key sent by a `keys` policy image (value unknown: None)."""
-        with self._lock:
-            if key in self._entries:
-                return
-            tomb = self._tombstones.pop(key, None)
-            # The real version is unknown but newer than any tombstone; any
-            # event carrying a real version replaces this placeholder.
-            self._entries[key] = (None, 0 if tomb is None else tomb[0])
+            entry = self._entries.pop(key, None)
+            held = self._held_version(key) if entry is None else entry[1]
+            self._add_tombstone(key, version if version is not None else held or 0)
+            return entry is not None
 
     def _apply_event(self, event: EntryEvent) -> bool:
         """Apply one event under the version rule; return True if it changed."""
@@ -236,23 +272,33 @@ class Region:
                 self._entries.pop(key, None)
                 self._add_tombstone(key, version)
             elif event.op == "invalidate":
-                self._tombstones.pop(key, None)
-                self._entries[key] = (None, version)
+                self._store(key, None, version)
             elif event.op in ("create", "update"):
-                self._tombstones.pop(key, None)
-                self._entries[key] = (event.value, version)
+                self._store(key, event.value, version)
             else:
                 return False
             return True
 
     def _prune_absent(
         self, present: Collection[str], matches: Callable[[str], bool]
-    ) -> None:
-        """Destroy cached keys the selector covers but a fresh image lacks."""
+    ) -> list[tuple[str, int]]:
+        """Destroy the cached keys the selector covers but a full image
+        (`present`) lacks; return them with their last versions."""
         with self._lock:
-            for key in [k for k in self._entries if matches(k) and k not in present]:
-                _, version = self._entries.pop(key)
+            gone = [
+                (key, version)
+                for key, (_, version) in self._entries.items()
+                if key not in present and matches(key)
+            ]
+            for key, version in gone:
+                del self._entries[key]
                 self._add_tombstone(key, version)
+            return gone
+
+    def _note_seq(self, seq: int) -> None:
+        """Record that an event of this region with `seq` was delivered."""
+        if self._last_seq is None or seq > self._last_seq:
+            self._last_seq = seq
 
     def _add_tombstone(self, key: str, version: int) -> None:
         now = monotonic()

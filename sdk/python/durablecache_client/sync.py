@@ -99,6 +99,11 @@ class SyncRegion:
         """Return the cached keys."""
         return self._region.keys()
 
+    @property
+    def last_seq(self) -> int | None:
+        """The highest `seq` of this region's events delivered."""
+        return self._region.last_seq
+
     def snapshot(self) -> dict[str, tuple[Any, int]]:
         """Return a copy of the cache as `{key: (value, version)}`."""
         return self._region.snapshot()
@@ -232,6 +237,11 @@ class DurableClient:
     def connected(self) -> bool:
         """True while a session is established."""
         return self._client.connected
+
+    @property
+    def last_seq(self) -> int | None:
+        """The highest `seq` delivered: the `since` of a recovery by key."""
+        return self._client.last_seq
 
     @property
     def duplicates_dropped(self) -> int:

@@ -29,7 +29,11 @@ SDK_ROOT = Path(__file__).resolve().parents[1]
 if str(SDK_ROOT) not in sys.path:  # the package need not be pip-installed
     sys.path.insert(0, str(SDK_ROOT))
 
-from durablecache_client import AsyncDurableClient, CacheListener  # noqa: E402
+from durablecache_client import (  # noqa: E402
+    AsyncDurableClient,
+    CacheListener,
+    CqListener,
+)
 
 WAIT = 5.0
 
@@ -272,6 +276,41 @@ class Recorder(CacheListener):
 
     def after_region_live(self, event: Any) -> None:
         self._record("after_region_live", event)
+
+
+class CqRecorder(CqListener):
+    """Records on_event / on_error / on_close; waitable."""
+
+    def __init__(self) -> None:
+        self.calls = []
+        self._lock = threading.Lock()
+        self._changed = None
+
+    def _record(self, name, arg):
+        with self._lock:
+            self.calls.append((name, arg))
+        if self._changed is not None:
+            self._changed.set()
+
+    async def wait_calls(self, count):
+        self._changed = self._changed or asyncio.Event()
+        async with asyncio.timeout(WAIT):
+            while len(self.calls) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return list(self.calls)
+
+    def events(self):
+        return [arg for name, arg in self.calls if name == "on_event"]
+
+    def on_event(self, event):
+        self._record("on_event", event)
+
+    def on_error(self, error):
+        self._record("on_error", error)
+
+    def on_close(self):
+        self._record("on_close", None)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -308,3 +308,58 @@ async def test_cq_arguments_need_a_name_and_a_query():
         ["subscribe", "--url", "u", "--region", "r", "--cq", "n=key = 'a=b'"]
     )
     assert args.cq == [("n", "key = 'a=b'")]
+
+
+async def test_a_gap_and_its_resync_are_printed_line_by_line(fake_server):
+    args = parse("--url", fake_server.url, "--all-keys")
+    out, stop = Lines(), asyncio.Event()
+    command = asyncio.create_task(
+        subscribe(args, stop=stop, out=out, err=Sink(), close_timeout=1.0)
+    )
+
+    conn = await fake_server.accept()
+    gap = {"since": 15, "dropped": 9, "reason": "overflow"}
+    await conn.welcome(pending_events=0, gap=gap)
+    await conn.answer_register(await conn.recv("register_interest"), [("a", 1, 1)])
+    await conn.recv("ready")
+    await conn.send({"type": "gap", **gap})
+    await conn.send(
+        {
+            "type": "image",
+            "region": "r",
+            "resync": True,
+            "interest": 1,
+            "entries": [
+                {"key": "a", "version": 2, "destroyed": True},
+                {"key": "b", "value": "new", "version": 1},
+            ],
+        }
+    )
+    await conn.send({"type": "marker", "replayed": 0, "resynced": 2, "regions": ["r"]})
+    again = await conn.recv("register_interest")
+    await conn.send({"type": "interest_registered", "id": again["id"], "since": 15})
+    lines = [await out.next_json() for _ in range(6)]
+    stop.set()
+    assert await asyncio.wait_for(command, 5) == 0
+
+    assert [line["type"] for line in lines] == [
+        "connected",
+        "image",
+        "gap",
+        "event",
+        "event",
+        "marker",
+    ]
+    assert lines[0]["gap"] == gap
+    assert lines[2] == {"type": "gap", **gap}
+    assert [(e["key"], e["op"], e["resync"], e["id"]) for e in lines[3:5]] == [
+        ("a", "destroy", True, None),
+        ("b", "create", True, None),
+    ]
+    assert lines[5] == {
+        "type": "marker",
+        "replayed": 0,
+        "regions": ["r"],
+        "resynced": 2,
+    }
+    assert again["since"] == 15, "no event yet: the gap's since"

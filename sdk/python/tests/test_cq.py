@@ -4,55 +4,18 @@ ends of a CQ (close_cq, an operator's cq_closed, region_destroy), typed
 errors, and re-registration after a reconnect."""
 
 import asyncio
-import threading
 
 import pytest
-from conftest import WAIT, register_answered
+from conftest import CqRecorder, register_answered
 
 from durablecache_client import (
     BadFieldError,
     BadQueryError,
-    CqListener,
     DurableCacheError,
     NoSuchRegionError,
 )
 
 pytestmark = pytest.mark.asyncio
-
-
-class CqRecorder(CqListener):
-    """Records on_event / on_error / on_close; waitable."""
-
-    def __init__(self):
-        self.calls = []
-        self._lock = threading.Lock()
-        self._changed = None
-
-    def _record(self, name, arg):
-        with self._lock:
-            self.calls.append((name, arg))
-        if self._changed is not None:
-            self._changed.set()
-
-    async def wait_calls(self, count):
-        self._changed = self._changed or asyncio.Event()
-        async with asyncio.timeout(WAIT):
-            while len(self.calls) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return list(self.calls)
-
-    def events(self):
-        return [arg for name, arg in self.calls if name == "on_event"]
-
-    def on_event(self, event):
-        self._record("on_event", event)
-
-    def on_error(self, error):
-        self._record("on_error", error)
-
-    def on_close(self):
-        self._record("on_close", None)
 
 
 async def register_cq(conn, region, name, query, listener, entries=(), **options):
