@@ -7,10 +7,10 @@ and removes interests, through ``clients.services`` like the REST API,
 ``manage.py durable`` and the dashboard.
 """
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from cache.admin import ReadOnlyAdmin, ServiceAdmin
@@ -30,13 +30,14 @@ from common.errors import ValidationError
 INTEREST_FIELDS = ("region", "kind", "selector", "is_durable", "policy", "since_seq")
 REPORT_FIELDS = ("node", "size", "acked_through", "reported_at")
 CQ_FIELDS = ("name", "region", "query", "is_durable", "since_seq", "created_at")
+M = TypeVar("M", bound=Model)
 
 
-class InterestInline(admin.TabularInline[Interest, DurableClient]):
-    model = Interest
+class ReadOnlyInline(admin.TabularInline[M, DurableClient], Generic[M]):
+    """A client's rows shown on its page: never added, changed or deleted
+    there (what may change goes through its own page and the services)."""
+
     extra = 0
-    fields = readonly_fields = INTEREST_FIELDS
-    show_change_link = True  # removing one goes through its own page
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -48,36 +49,22 @@ class InterestInline(admin.TabularInline[Interest, DurableClient]):
         return False
 
 
-class CqInline(admin.TabularInline[ContinuousQuery, DurableClient]):
+class InterestInline(ReadOnlyInline[Interest]):
+    model = Interest
+    fields = readonly_fields = INTEREST_FIELDS
+    show_change_link = True  # removing one goes through its own page
+
+
+class CqInline(ReadOnlyInline[ContinuousQuery]):
     model = ContinuousQuery
-    extra = 0
     fields = readonly_fields = CQ_FIELDS
     show_change_link = True  # closing one goes through its own page
     verbose_name_plural = "continuous queries (close them from their own page)"
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class SizeReportInline(admin.TabularInline[QueueSizeReport, DurableClient]):
+class SizeReportInline(ReadOnlyInline[QueueSizeReport]):
     model = QueueSizeReport
-    extra = 0
     fields = readonly_fields = REPORT_FIELDS
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(DurableClient)
