@@ -1,7 +1,8 @@
 """Per-node counters kept on the node's row in the cluster database.
 
 ``Node`` carries monotonic totals (events delivered to sockets, events
-acked, failovers, expiries, queued events naming a CQ) for ``/metrics``
+acked, failovers, expiries, queued events naming a CQ, queue overflows and
+the events they dropped, entries sent by resyncs) for ``/metrics``
 and the dashboard's charts. The paths that count them (a socket's send, an
 ack round, a fan-out pass, a failover or expiry) add to this process's
 tally: a lock and an addition, not a statement. Each process (every Daphne
@@ -29,7 +30,19 @@ ACKED = "acked_total"
 FAILOVERS = "failovers_total"
 EXPIRIES = "expiries_total"
 CQ_EVENTS = "cq_events_total"
-FIELDS = (DELIVERED, ACKED, FAILOVERS, EXPIRIES, CQ_EVENTS)
+OVERFLOWS = "overflows_total"
+DROPPED_EVENTS = "dropped_events_total"
+RESYNCED_ENTRIES = "resynced_entries_total"
+FIELDS = (
+    DELIVERED,
+    ACKED,
+    FAILOVERS,
+    EXPIRIES,
+    CQ_EVENTS,
+    OVERFLOWS,
+    DROPPED_EVENTS,
+    RESYNCED_ENTRIES,
+)
 
 
 class NodeCounters:

@@ -148,6 +148,9 @@ class Node(models.Model):
     failovers_total = models.BigIntegerField(default=0)
     expiries_total = models.BigIntegerField(default=0)
     cq_events_total = models.BigIntegerField(default=0)
+    overflows_total = models.BigIntegerField(default=0)
+    dropped_events_total = models.BigIntegerField(default=0)
+    resynced_entries_total = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]

@@ -21,7 +21,7 @@ from cache import selectors as cache_selectors
 from clients import dispatch, selectors
 from clients.cq_matching import RegionCqs
 from clients.matching import key_matches
-from clients.models import ContinuousQuery, EndedCq, InterestKind
+from clients.models import ContinuousQuery, DurableClient, EndedCq, InterestKind
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -106,6 +106,10 @@ class Matched(NamedTuple):
     modes: dict[uuid.UUID, str]
     # Per client, per event seq, the ``cq`` list of the event.
     cqs: dict[uuid.UUID, dict[int, CqList]] = {}
+    # Each client's ``max_queued``, and the clients whose gap stands (they
+    # are in neither ``appends`` nor ``cqs``).
+    limits: dict[uuid.UUID, int] = {}
+    gapped: frozenset[uuid.UUID] = frozenset()
 
 
 def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matched:
@@ -115,10 +119,17 @@ def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matche
     by_region: dict[str, _RegionInterests] = defaultdict(_RegionInterests)
     held_here: set[uuid.UUID] = set()
     modes: dict[uuid.UUID, str] = {}
+    limits: dict[uuid.UUID, int] = {}
+    gapped: set[uuid.UUID] = set()
     regions = {e.region for e in events}
     cq_rows: dict[str, list[selectors.InterestRow]] = defaultdict(list)
     for row in selectors.interest_rows(regions=regions, client_ids=hosted, node=node):
         if row.client_id in hosted:
+            if row.gapped:
+                gapped.add(row.client_id)
+                continue
+            if row.max_queued is not None:
+                limits[row.client_id] = row.max_queued
             if row.kind == selectors.CQ_KIND:
                 cq_rows[row.region].append(row)
             else:
@@ -139,7 +150,7 @@ def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matche
                 wanted.add(client_id)
         for client_id in wanted:
             appends[client_id].append(event)
-    return Matched(appends, held_here, modes, cqs)
+    return Matched(appends, held_here, modes, cqs, limits, frozenset(gapped))
 
 
 def fanout_node(node: str | None = None) -> int:
@@ -156,10 +167,23 @@ def fanout_node(node: str | None = None) -> int:
             if not events:
                 break
             hosted = set(queue_selectors.queue_client_ids())
-            appends, held_here, modes, cqs = match_events(events, hosted, node)
+            matched = match_events(events, hosted, node)
+            appends, held_here, modes, cqs = matched[:4]
+            overflows: list[queue_services.Overflow] = []
             heads = queue_services.queue_append_many(
-                appends, modes=modes, modes_now=_modes_now, cqs=cqs
+                appends,
+                modes=modes,
+                modes_now=_modes_now,
+                cqs=cqs,
+                limits=matched.limits,
+                gapped=matched.gapped,
+                overflows=overflows,
             )
+            if overflows:
+                # Recorded in the cluster before this store commits: a
+                # crash in between leaves the gap, which the next pass
+                # reads and empties the queue by.
+                gaps_record(overflows, node)
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
         counters.counter.add(
@@ -182,6 +206,44 @@ def fanout_node(node: str | None = None) -> int:
             # own doorbell after its commit, so no second (empty) pass.
             break
     return total
+
+
+def gaps_record(overflows: list[queue_services.Overflow], node: str) -> int:
+    """Record each overflow as its client's gap, once in the cluster: only
+    where no gap stands and the overflow is past what the last resync
+    covered (a host that lags may overflow on events another host's
+    overflow, and a resync since, have dealt with). Returns how many were
+    recorded; each is logged and counted here, by the host that did."""
+    recorded = 0
+    for overflow in overflows:
+        with transaction.atomic():
+            done = DurableClient.objects.filter(
+                pk=overflow.client_id,
+                gap_since__isnull=True,
+                queue_floor__lt=overflow.seq,
+            ).update(
+                gap_since=overflow.since,
+                gap_dropped=overflow.dropped,
+                gap_reason=GAP_OVERFLOW,
+            )
+        if not done:
+            continue
+        recorded += 1
+        client = DurableClient.objects.filter(pk=overflow.client_id).first()
+        log.warning(
+            "%s: queue overflowed at seq %d; %d queued event(s) dropped, "
+            "it resyncs by key after %d",
+            client if client is not None else overflow.client_id,
+            overflow.seq,
+            overflow.dropped,
+            overflow.since,
+        )
+        counters.counter.add(node, 1, counters.OVERFLOWS)
+        counters.counter.add(node, overflow.dropped, counters.DROPPED_EVENTS)
+    return recorded
+
+
+GAP_OVERFLOW = "overflow"
 
 
 def _modes_now(client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:

@@ -41,6 +41,18 @@ class DurableClient(models.Model):
     # Secondaries whose copy is still being filled (a subset of
     # ``secondaries``); only a complete copy can be promoted to primary.
     syncing = models.JSONField(default=list, blank=True)
+    # At most this many events queued; one more overflows the queue.
+    max_queued = models.PositiveIntegerField(default=1000000)
+    # The queue's gap (docs/protocol.md, "Bounded queues"): recorded once,
+    # here, by the first host whose append would pass ``max_queued``; every
+    # host's fan-out reads it with the client's interests and queues
+    # nothing while it stands. ``gap_since`` null: no gap.
+    gap_since = models.BigIntegerField(null=True, blank=True)
+    gap_dropped = models.BigIntegerField(default=0)
+    gap_reason = models.CharField(max_length=16, blank=True, default="")
+    # Events at or below this log seq are never queued: the log head when
+    # the last resync began (what it covers); 0 before any.
+    queue_floor = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     connected_at = models.DateTimeField(null=True, blank=True)
     disconnected_at = models.DateTimeField(null=True, blank=True)
@@ -60,6 +72,17 @@ class DurableClient(models.Model):
     @property
     def group_name(self) -> str:
         return f"queue.{self.id.hex}"
+
+    @property
+    def gap(self) -> dict[str, object] | None:
+        """The standing gap as the protocol shows it, or None."""
+        if self.gap_since is None:
+            return None
+        return {
+            "since": self.gap_since,
+            "dropped": self.gap_dropped,
+            "reason": self.gap_reason,
+        }
 
     @property
     def hosts(self) -> list[str]:

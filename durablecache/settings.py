@@ -245,6 +245,14 @@ DURABLECACHE_ALLOWED_ORIGINS = env_list("DURABLECACHE_ALLOWED_ORIGINS")
 DURABLECACHE_TOMBSTONE_KEEP_S = env_float(
     "DURABLECACHE_TOMBSTONE_KEEP_S", 86400.0, minimum=0.0
 )
+# A durable client's queue holds at most its ``max_queued`` events (hello
+# field, 1 … DURABLECACHE_MAX_QUEUED; default DURABLECACHE_DEFAULT_MAX_QUEUED);
+# past it the queue overflows into a gap (docs/protocol.md, "Bounded queues").
+DURABLECACHE_MAX_QUEUED = env_int("DURABLECACHE_MAX_QUEUED", 10000000, minimum=1)
+DURABLECACHE_DEFAULT_MAX_QUEUED = min(
+    env_int("DURABLECACHE_DEFAULT_MAX_QUEUED", 1000000, minimum=1),
+    DURABLECACHE_MAX_QUEUED,
+)
 DURABLECACHE_REPLAY_BATCH = env_int("DURABLECACHE_REPLAY_BATCH", 500, minimum=1)
 DURABLECACHE_FANOUT_BATCH = env_int("DURABLECACHE_FANOUT_BATCH", 1000, minimum=1)
 DURABLECACHE_POLL_S = env_float("DURABLECACHE_POLL_S", 1.0, minimum=0.05)

@@ -80,6 +80,21 @@ _NODE_COUNTERS = [
         "Events this node's fan-out queued naming one or more CQs",
         counters.CQ_EVENTS,
     ),
+    (
+        "durablecache_overflows",
+        "Queues whose overflow this node recorded as a gap",
+        counters.OVERFLOWS,
+    ),
+    (
+        "durablecache_dropped_events",
+        "Queued events dropped by the overflows this node recorded",
+        counters.DROPPED_EVENTS,
+    ),
+    (
+        "durablecache_resynced_entries",
+        "Entries and markers this node's sockets sent in resyncs after a gap",
+        counters.RESYNCED_ENTRIES,
+    ),
 ]
 
 

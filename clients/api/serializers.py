@@ -45,6 +45,10 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
         "complete copy can take over)",
     )
     queue_sizes = serializers.SerializerMethodField()
+    gap = serializers.SerializerMethodField(
+        help_text="null, or {since, dropped, reason}: the queue overflowed and "
+        "the client resyncs by key after its next ready"
+    )
     pending_events = serializers.SerializerMethodField()
     expires_at = serializers.DateTimeField(
         allow_null=True, read_only=True, help_text="null while connected"
@@ -64,6 +68,8 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
             "pending_events",
             "timeout",
             "redundancy",
+            "max_queued",
+            "gap",
             "expires_at",
         ]
         read_only_fields = fields
@@ -76,7 +82,15 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
     def get_queue_sizes(self, obj: DurableClient) -> dict[str, int]:
         return self._sizes(obj)
 
+    @extend_schema_field(
+        serializers.DictField(child=serializers.JSONField(), allow_null=True)
+    )
+    def get_gap(self, obj: DurableClient) -> dict[str, object] | None:
+        return obj.gap
+
     def get_pending_events(self, obj: DurableClient) -> int:
+        if obj.gap_since is not None:
+            return 0
         return self._sizes(obj).get(obj.primary, NO_QUEUE)
 
     def _sizes(self, obj: DurableClient) -> dict[str, int]:

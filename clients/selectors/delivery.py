@@ -50,6 +50,10 @@ class InterestRow(NamedTuple):
     until_seq: int | None = None
     # A continuous query's text (a row of kind CQ_KIND; None otherwise).
     query: str | None = None
+    # The client's ``max_queued``, and whether its gap stands (then
+    # nothing is queued for it: docs/protocol.md, "Bounded queues").
+    max_queued: int | None = None
+    gapped: bool = False
 
 
 def interest_rows(
@@ -82,7 +86,8 @@ def interest_rows(
     )
     members = [
         f"SELECT {cols}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
-        f" c.{quote('conflate')}, {until}, {query}"
+        f" c.{quote('conflate')}, {until}, {query}, c.{quote('max_queued')},"
+        f" c.{quote('gap_since')} IS NOT NULL, c.{quote('queue_floor')}"
         f" FROM {sql.table(model, connection)} i"
         f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
         f" WHERE {where}"
@@ -97,11 +102,36 @@ def interest_rows(
         cursor.execute(" UNION ALL ".join(members), params * 4)
         rows = cursor.fetchall()
     to_uuid = client_field.target_field.to_python
+    # An interest wants nothing at or below its client's ``queue_floor``
+    # (what the last resync covered).
     return [
         InterestRow(
-            to_uuid(pk), region, kind, selector, since, bool(here), mode, until, query
+            to_uuid(pk),
+            region,
+            kind,
+            selector,
+            max(since, floor),
+            bool(here),
+            mode,
+            until,
+            query,
+            limit,
+            bool(gapped),
         )
-        for pk, region, kind, selector, since, here, mode, until, query in rows
+        for (
+            pk,
+            region,
+            kind,
+            selector,
+            since,
+            here,
+            mode,
+            until,
+            query,
+            limit,
+            gapped,
+            floor,
+        ) in rows
     ]
 
 
@@ -138,14 +168,18 @@ def client_modes(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
 
 
 def welcome_fields(*, client: DurableClient) -> dict[str, Any]:
-    """The placement half of ``welcome`` (the pending count is the caller's)."""
-    return {
+    """The placement half of ``welcome`` and the client's gap, when one
+    stands (the pending count is the caller's)."""
+    fields: dict[str, Any] = {
         "durable_id": client.durable_id,
         "node": client.node,
         "primary": client.primary,
         "secondaries": list(client.secondaries),
         "redundancy_satisfied": redundancy_satisfied(client),
     }
+    if client.gap is not None:
+        fields["gap"] = client.gap
+    return fields
 
 
 def redundancy_satisfied(client: DurableClient) -> bool:

@@ -78,11 +78,22 @@ def parse_hello_options(data: dict[str, Any]) -> dict[str, Any]:
         conflate = "true" if conflate else "false"
     if conflate not in Conflate.values:
         raise ValidationError('conflate must be "server", "true" or "false"')
+    max_queued = data.get("max_queued")
+    if max_queued is None:
+        max_queued = settings.DURABLECACHE_DEFAULT_MAX_QUEUED
+    limit = settings.DURABLECACHE_MAX_QUEUED
+    if (
+        isinstance(max_queued, bool)
+        or not isinstance(max_queued, int)
+        or not 1 <= max_queued <= limit
+    ):
+        raise ValidationError(f"max_queued must be an integer from 1 to {limit}")
     return {
         "durable_id": durable_id,
         "timeout": timeout,
         "redundancy": redundancy,
         "conflate": str(conflate),
+        "max_queued": max_queued,
     }
 
 
@@ -152,6 +163,10 @@ def _hello_once(*, user: Any, socket_id: str, options: dict[str, Any]) -> HelloR
         # A known durable client whose queue is gone from its host (its
         # store was lost): say so rather than hand it an empty queue.
         pending = QUEUE_LOST
+    elif client.gap_since is not None:
+        # The queue overflowed: whatever a host still holds is covered by
+        # the resync after ``ready`` (docs/protocol.md, "Bounded queues").
+        pending = 0
     return HelloResult(client=client, pending_events=pending)
 
 
@@ -306,6 +321,9 @@ def _attach_here(
     client.timeout = options["timeout"]
     client.redundancy = options["redundancy"] if client.is_durable else 0
     client.conflate = options["conflate"]
+    client.max_queued = options.get(
+        "max_queued", settings.DURABLECACHE_DEFAULT_MAX_QUEUED
+    )
     client.is_connected = True
     client.node = client.primary = self_node()
     client.socket_id = socket_id

@@ -16,7 +16,7 @@ from queues.services.acks import (
     queue_ack_and_mark_many,
     queue_ack_many,
 )
-from queues.services.append import CqList, queue_append_many
+from queues.services.append import CqList, Overflow, queue_append_many
 from queues.services.copies import queue_adopt, queue_copy_in
 from queues.services.cqs import queue_forget_cq
 from queues.services.cursor import (
@@ -38,6 +38,7 @@ from queues.services.store import commit_unflushed
 
 __all__ = [
     "CqList",
+    "Overflow",
     "commit_unflushed",
     "cursor_flushed",
     "cursor_init",

@@ -5,7 +5,7 @@ Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
 """
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,9 @@ def queue_append_many(
     modes: Mapping[uuid.UUID, str] | None = None,
     modes_now: Callable[[list[uuid.UUID]], Mapping[uuid.UUID, str]] | None = None,
     cqs: Mapping[uuid.UUID, Mapping[int, "CqList"]] | None = None,
+    limits: Mapping[uuid.UUID, int] | None = None,
+    gapped: Collection[uuid.UUID] = (),
+    overflows: list["Overflow"] | None = None,
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -41,20 +44,42 @@ def queue_append_many(
 
     ``cqs``: per client, per event seq, the ``cq`` list the fan-out judged
     for it (absent: no CQ of the client's is moved by the event).
+
+    ``limits``: each client's ``max_queued``. An event that would make a
+    queue hold more overflows it: the queue's rows are deleted, nothing
+    of the batch is appended to it, and an ``Overflow`` is added to
+    ``overflows`` for the caller to record as the client's gap.
+    ``gapped``: clients whose gap stands; their queues here are emptied
+    (once: a statement only while rows remain) and get nothing.
     """
-    if not appends:
+    if not appends and not gapped:
         return {}
     heads: dict[uuid.UUID, int] = {}
     rows: list[list[Any]] = []
     changed: list[Any] = []
     prepared = _PreparedEvents(connections[NODE_STORE])
-    locked = _lock_heads(list(appends))
+    locked = _lock_heads(list({*appends, *gapped}))
     if modes is not None and modes_now is not None:
         _align_modes(locked, modes, modes_now)
     for state in locked:
+        if state.client_id in gapped:
+            if state.size:
+                _empty(state)
+                changed.append(state)
+            continue
+        limit = (limits or {}).get(state.client_id)
         added = _append(
-            state, appends[state.client_id], prepared, (cqs or {}).get(state.client_id)
+            state,
+            appends[state.client_id],
+            prepared,
+            (cqs or {}).get(state.client_id),
+            limit,
         )
+        if isinstance(added, Overflow):
+            if overflows is not None:
+                overflows.append(added)
+            changed.append(state)
+            continue
         heads[state.client_id] = state.last_seq
         if added is not None:
             rows.extend(added)
@@ -189,6 +214,38 @@ def _save_heads(states: list[Any]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Overflow:
+    """A queue here overflowed: its events were deleted (``dropped`` of
+    them, the oldest after ``since``) at the event ``seq`` that would
+    have made it hold more than its limit."""
+
+    client_id: uuid.UUID
+    since: int
+    dropped: int
+    seq: int
+
+
+def _empty(state: "_Head") -> tuple[int, int]:
+    """Delete every row of a locked queue; return (its oldest seq or 0,
+    how many rows there were). The head keeps its ``last_seq``."""
+    connection = connections[NODE_STORE]
+    queue = state_pk(state.client_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT MIN(seq), COUNT(*) FROM {table(QueueEntry)}"  # noqa: S608
+            " WHERE queue_id = %s",
+            [queue],
+        )
+        oldest, count = cursor.fetchone()
+        cursor.execute(
+            f"DELETE FROM {table(QueueEntry)} WHERE queue_id = %s",  # noqa: S608
+            [queue],
+        )
+    state.size = 0
+    return oldest or 0, count
+
+
+@dataclass(frozen=True, slots=True)
 class CqList:
     """An event's ``cq`` list for one client: its JSON text, and whether
     every ``cq_op`` in it is ``update`` (only then may the row conflate:
@@ -203,7 +260,8 @@ def _append(
     events: Sequence[Any],
     prepared: "_PreparedEvents",
     cqs: Mapping[int, CqList] | None = None,
-) -> list[list[Any]] | None:
+    limit: int | None = None,
+) -> list[list[Any]] | Overflow | None:
     """The rows to append to one locked queue, conflating superseded
     undelivered updates; None when every event was appended already.
 
@@ -216,12 +274,16 @@ def _append(
     below what the queue has acknowledged: on a secondary the primary's
     relayed ack may come before this node's fan-out has read the events it
     names, which the client must not be given again after a failover.
+
+    An event that would make the queue hold more than ``limit`` events
+    empties it instead (``_overflow``).
     """
     new: list[list[Any] | None] = []
     pending_update: dict[tuple[str, str | None], int] = {}
     deleted = 0
     queue = state_pk(state.client_id, prepared.connection)
     done_through = max(state.last_seq, state.acked_through)
+    size = state.size
     for event in events:
         if event.seq <= done_through:
             continue
@@ -236,18 +298,44 @@ def _append(
         if supersedes:
             if ident in pending_update:
                 new[pending_update.pop(ident)] = None
+                size -= 1
             else:
-                deleted += _drop_undelivered_update(state, queue, event)
+                dropped = _drop_undelivered_update(state, queue, event)
+                deleted += dropped
+                size -= dropped
             if conflates:
                 pending_update[ident] = len(new)
+        if limit is not None and size + 1 > limit:
+            return _overflow(state, new, events[-1].seq, event.seq, size)
         new.append(
             [queue, *prepared(event), conflates, None if cq is None else cq.text]
         )
+        size += 1
     if not new:
         return None
     rows = [row for row in new if row is not None]
     state.size += len(rows) - deleted
     return rows
+
+
+def _overflow(
+    state: "_Head",
+    new: list[list[Any] | None],
+    last_seq: int,
+    seq: int,
+    size: int,
+) -> Overflow:
+    """The event ``seq`` would pass the queue's limit: the queue holds
+    ``size`` events (its rows and this batch's ``new`` ones); delete its
+    rows, append none of the batch (up to ``last_seq``, so a replayed
+    pass skips it too)."""
+    oldest, _ = _empty(state)
+    pending = [row[1] for row in new if row is not None]
+    firsts = [s for s in (oldest, *pending[:1]) if s]
+    state.last_seq = last_seq
+    return Overflow(
+        state.client_id, (min(firsts) - 1) if firsts else seq - 1, size, seq
+    )
 
 
 def _conflates(state: Any, event: Any) -> bool:

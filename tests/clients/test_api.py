@@ -45,9 +45,22 @@ def test_connected_client_fields(api, user):
         "pending_events": 0,
         "timeout": 60,
         "redundancy": 0,
+        "max_queued": 1000000,
+        "gap": None,
         "expires_at": None,
     }
     assert response.json()["next"] is None
+
+
+def test_max_queued_and_a_standing_gap_are_shown(api, user):
+    client = hello(user, "d1", max_queued=5).client
+    DurableClient.objects.filter(pk=client.pk).update(
+        gap_since=41, gap_dropped=5, gap_reason="overflow"
+    )
+    item = api.get(f"{BASE}/clients/d1/").json()
+    assert item["max_queued"] == 5
+    assert item["gap"] == {"since": 41, "dropped": 5, "reason": "overflow"}
+    assert item["pending_events"] == 0
 
 
 def test_disconnected_client_has_expires_at(api, user):

@@ -158,10 +158,26 @@ def test_hello_options_are_validated():
         {"timeout": "10"},
         {"redundancy": -2},
         {"conflate": "maybe"},
+        {"max_queued": 0},
+        {"max_queued": -1},
+        {"max_queued": 10000001},
+        {"max_queued": "10"},
+        {"max_queued": 1.5},
+        {"max_queued": True},
     ):
         with pytest.raises(ValidationError):
             services.parse_hello_options(bad)
     assert services.parse_hello_options({"conflate": True})["conflate"] == "true"
+    assert services.parse_hello_options({})["max_queued"] == 1000000
+    for good in (1, 10000000):
+        assert services.parse_hello_options({"max_queued": good})["max_queued"] == good
+
+
+def test_hello_stores_max_queued(user):
+    client = hello(user, max_queued=7).client
+    assert client.max_queued == 7
+    services.client_disconnected(client_id=client.id, socket_id="ch-1")
+    assert hello(user, socket_id="ch-2").client.max_queued == 1000000
 
 
 def test_many_ends_at_once_keep_close_or_drop_each_client(
