@@ -262,9 +262,12 @@ class SubscriptionConsumer(AsyncWebsocketConsumer):
         if self.stream is not None:
             raise ValidationError("ready was already sent")
         client_id = self._held().id
+        # After a gap the queue restarts at the log head, and a resync of
+        # the entries stands for what was dropped (docs/protocol.md).
+        resync = await db(services.client_resync_start)(client_id=client_id)
         head = await db(queue_selectors.queue_head)(client_id=client_id)
         self.woken_as = client_id
-        self.stream = streams.Stream(self, client_id, head)
+        self.stream = streams.Stream(self, client_id, head, resync)
 
     async def on_ack(self, frame: dict[str, Any], req_id: str | None) -> None:
         if self.stream is None:

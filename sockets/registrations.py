@@ -11,6 +11,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async as db
 
+from cache.exceptions import SinceTooOldError
 from clients import selectors, services
 from clients.matching import (
     Selector,
@@ -19,6 +20,7 @@ from clients.matching import (
     parse_selector,
     parse_since,
 )
+from clients.models import Policy
 from clients.selectors.images import Cursor
 from sockets import protocol
 
@@ -191,3 +193,80 @@ async def cq_close(client_id: uuid.UUID, frame: dict[str, Any]) -> str:
     name = frame.get("name")
     await db(services.cq_close_by_client_id)(client_id=client_id, name=name)
     return str(name)
+
+
+async def send_resync(send: Send, resync: services.Resync) -> int:
+    """The resync after a gap: for each interest and CQ of the client, what
+    changed after the gap's ``since``, as ``image`` frames with ``resync:
+    true`` and the ``interest`` id or ``cq`` name; return how many entries
+    and markers were sent. Where the tombstones no longer reach back to
+    ``since`` (``since_too_old``), the full current image is sent instead
+    (every entry, without markers for the keys that went)."""
+    count = 0
+    for target in resync.targets:
+        named: dict[str, Any] = (
+            {"cq": target.cq}
+            if target.cq is not None
+            else {"interest": target.interest}
+        )
+        try:
+            count += await _resync_pages(send, target, named, resync.since)
+        except SinceTooOldError:
+            count += await _resync_pages(send, target, named, None)
+    return count
+
+
+async def _resync_pages(
+    send: Send, target: services.ResyncTarget, named: dict[str, Any], since: int | None
+) -> int:
+    count = 0
+    after: Any = None
+    while True:
+        fields: dict[str, Any]
+        if since is None:
+            if target.query is not None:
+                items, after = await db(selectors.cq_image_page)(
+                    region=target.region,
+                    query=target.query,
+                    after=after,
+                    size=IMAGE_CHUNK,
+                )
+            else:
+                assert target.selector is not None  # noqa: S101
+                items, after = await db(selectors.image_page)(
+                    region=target.region,
+                    selector=target.selector,
+                    policy=Policy.KEYS_VALUES,
+                    after=after,
+                    size=IMAGE_CHUNK,
+                )
+            fields, n = {"entries": items}, len(items)
+        else:
+            if target.query is not None:
+                page = await db(selectors.cq_since_image_page)(
+                    region=target.region,
+                    query=target.query,
+                    since=since,
+                    after=after,
+                    size=IMAGE_CHUNK,
+                )
+            else:
+                assert target.selector is not None  # noqa: S101
+                page = await db(selectors.since_image_page)(
+                    region=target.region,
+                    selector=target.selector,
+                    policy=Policy.KEYS_VALUES,
+                    since=since,
+                    after=after,
+                    size=IMAGE_CHUNK,
+                )
+            fields, n, after = page.fields, page.items, page.following
+        if n:
+            count += n
+            await send(
+                protocol.reply(
+                    "image", None, region=target.region, resync=True, **named, **fields
+                )
+            )
+        if after is None:
+            return count

@@ -18,8 +18,8 @@ from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
 
 from cache import counters
-from clients import selectors
-from sockets import delivery_rounds, protocol, wakeups, wire
+from clients import selectors, services
+from sockets import delivery_rounds, protocol, registrations, wakeups, wire
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,15 @@ class Stream:
         "wake",
     )
 
-    def __init__(self, socket: StreamSocket, client_id: uuid.UUID, head: int) -> None:
-        """Start delivering: the rows through ``head`` as replay, then live."""
+    def __init__(
+        self,
+        socket: StreamSocket,
+        client_id: uuid.UUID,
+        head: int,
+        resync: services.Resync | None = None,
+    ) -> None:
+        """Start delivering: the rows through ``head`` as replay, then live;
+        after a gap (``resync``), the resync instead of the replay."""
         self.socket = socket
         self.client_id = client_id
         self.sent_through = 0
@@ -81,7 +88,7 @@ class Stream:
         self.stopping = False
         wakeups.hub.add(client_id, self.wake)
         self.task: asyncio.Task[None] | None = asyncio.create_task(
-            self._run(replay_through=head)
+            self._run(replay_through=head, resync=resync)
         )
 
     def poll(self, head: int) -> None:
@@ -103,13 +110,26 @@ class Stream:
                 await self.task
             self.task = None
 
-    async def _run(self, *, replay_through: int) -> None:
-        """Replay what was queued before ``ready``, the marker, then live rows."""
+    async def _run(
+        self, *, replay_through: int, resync: services.Resync | None = None
+    ) -> None:
+        """Replay what was queued before ``ready`` (after a gap: the
+        ``gap`` frame and the resync), the marker, then live rows."""
         try:
-            replayed = await self._replay(replay_through)
+            replayed = resynced = 0
+            if resync is None:
+                replayed = await self._replay(replay_through)
+            else:
+                resynced = await self._resync(resync)
             regions = await db(selectors.client_regions)(client_id=self.client_id)
             await self.socket.send(
-                protocol.reply("marker", None, replayed=replayed, regions=regions)
+                protocol.reply(
+                    "marker",
+                    None,
+                    replayed=replayed,
+                    resynced=resynced,
+                    regions=regions,
+                )
             )
             await self._live()
         except asyncio.CancelledError:
@@ -117,6 +137,17 @@ class Stream:
         except Exception:
             log.exception("delivery to %s failed; closing the socket", self.client_id)
             await self.socket.close_with(1011)
+
+    async def _resync(self, resync: services.Resync) -> int:
+        """The ``gap`` frame, then the resync's images; return how many
+        entries and markers they held. The rows queued since the resync
+        began (above its floor) follow the marker as live events."""
+        async with self.gate:
+            await self.socket.send(protocol.reply("gap", None, **resync.gap))
+            sent = await registrations.send_resync(self.socket.send, resync)
+            self.sent_through = resync.floor
+        counters.counter.add(self.socket.node, sent, counters.RESYNCED_ENTRIES)
+        return sent
 
     async def _replay(self, through: int) -> int:
         """Send the rows through ``through``; return how many."""

@@ -36,6 +36,7 @@ from clients.services.ownership import (
     client_delete,
     client_ensure_offline,
 )
+from clients.services.resync import Resync, ResyncTarget, client_resync_start
 from clients.services.sessions import (
     client_close,
     client_disconnected,
@@ -49,12 +50,15 @@ __all__ = [
     "NO_QUEUE",
     "QUEUE_LOST",
     "HelloResult",
+    "Resync",
+    "ResyncTarget",
     "client_check_claim",
     "client_close",
     "client_delete",
     "client_disconnected",
     "client_ensure_offline",
     "client_hello",
+    "client_resync_start",
     "clients_ended",
     "clients_expire",
     "clients_node_restarted",

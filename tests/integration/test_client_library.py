@@ -519,7 +519,12 @@ def test_cli_subscribe_prints_events_and_marker(live, region, tmp_path):
     try:
         events, marker = cli.read_until_marker()
         assert events == []
-        assert marker == {"type": "marker", "replayed": 0, "regions": [region]}
+        assert marker == {
+            "type": "marker",
+            "replayed": 0,
+            "resynced": 0,
+            "regions": [region],
+        }
         answers = [
             put(live, live.user, region, a, {"n": 1}),
             put(live, live.user, region, other, "not subscribed"),
@@ -557,7 +562,12 @@ def test_cli_subscribe_prints_events_and_marker(live, region, tmp_path):
     assert [(e["id"], e["value"], e["replay"]) for e in events] == [
         (away["event_id"], "while away", True)
     ]
-    assert marker == {"type": "marker", "replayed": 1, "regions": [region]}
+    assert marker == {
+        "type": "marker",
+        "replayed": 1,
+        "resynced": 0,
+        "regions": [region],
+    }
     assert client_state(live, live.user, durable_id)[0] == 200
 
 

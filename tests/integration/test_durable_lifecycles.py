@@ -86,7 +86,12 @@ def test_reconnect_before_timeout(live, region, keepalive):
     if keepalive:
         assert welcome["pending_events"] == 2
         assert [(e["value"], e["replay"]) for e in events] == [(1, True), (2, True)]
-        assert marker == {"type": "marker", "replayed": 2, "regions": [region]}
+        assert marker == {
+            "type": "marker",
+            "replayed": 2,
+            "resynced": 0,
+            "regions": [region],
+        }
     else:
         # keepalive false deleted queue and interests at once.
         assert welcome["pending_events"] == -2

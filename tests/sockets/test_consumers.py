@@ -500,7 +500,12 @@ async def test_ready_replays_then_marker_then_live_events(
     assert await sock.comm.receive_nothing(timeout=0.3)  # nothing before ready
     marker, replayed = await sock.ready()
     assert [(e["key"], e["replay"]) for e in replayed] == [("a", True), ("b", True)]
-    assert marker == {"type": "marker", "replayed": 2, "regions": ["prices"]}
+    assert marker == {
+        "type": "marker",
+        "replayed": 2,
+        "resynced": 0,
+        "regions": ["prices"],
+    }
     await write(cache_services.entry_put, region="prices", key="a", value=3)
     (live,) = await sock.events(1)
     assert set(live) == {
@@ -538,7 +543,10 @@ async def test_live_events_come_by_doorbell_alone(
 async def test_first_time_client_gets_an_empty_marker(session, token):
     sock, _ = await session(token)
     marker, replayed = await sock.ready()
-    assert (marker, replayed) == ({"type": "marker", "replayed": 0, "regions": []}, [])
+    assert (marker, replayed) == (
+        {"type": "marker", "replayed": 0, "resynced": 0, "regions": []},
+        [],
+    )
 
 
 async def test_region_ops_reach_key_interests_with_a_null_key(
@@ -699,7 +707,7 @@ async def test_expired_client_hears_minus_one_once(session, token, region, write
     sock, welcome = await session(token, durable_id="d1")
     assert welcome["pending_events"] == -1
     marker, _ = await sock.ready()
-    assert marker == {"type": "marker", "replayed": 0, "regions": []}
+    assert marker == {"type": "marker", "replayed": 0, "resynced": 0, "regions": []}
     await sock.drop()
     # The -1 session got a new (empty) queue: the next hello counts it.
     sock, welcome = await session(token, durable_id="d1")

@@ -1,0 +1,207 @@
+"""A client whose queue overflowed, on the websocket: ``welcome`` with the
+gap, then after ``ready`` the ``gap`` frame, the resync images, the
+marker with ``resynced``, and live events (docs/protocol.md, "Bounded
+queues, gaps and resync")."""
+
+import random
+
+import pytest
+from channels.db import database_sync_to_async as db
+
+from cache import services as cache_services
+from cache.models import Entry, EventLog
+from clients.models import DurableClient
+from queues.models import QueueEntry
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
+
+
+def head():
+    return EventLog.objects.get().last_seq
+
+
+async def _away_with_a_limit(session, token, max_queued=3, **interest):
+    sock, welcome = await session(
+        token, durable_id="d1", max_queued=max_queued, conflate=False
+    )
+    assert "gap" not in welcome
+    await sock.register(durable=True, **(interest or {"all_keys": True}))
+    await sock.request(type="close", keepalive=True)
+    return sock
+
+
+async def test_hello_max_queued_out_of_range_is_bad_field(ws, token):
+    for bad in (0, 10000001, "5", 2.5, True):
+        _, sock = await ws(token)
+        reply = await sock.request(type="hello", durable_id="d1", max_queued=bad)
+        assert reply["type"] == "error"
+        assert reply["code"] == "bad_field"
+
+
+async def test_an_overflowed_client_is_welcomed_with_its_gap_and_resynced(
+    session, token, region, write
+):
+    await _away_with_a_limit(session, token, max_queued=3)
+    await write(cache_services.entry_put, region="prices", key="a", value=1)
+    since = await db(head)()
+    await write(
+        cache_services.entry_putall,
+        region="prices",
+        entries={"b": 1, "c": 1, "d": 1},
+    )
+    await write(cache_services.entry_put, region="prices", key="a", value=2)
+    await write(cache_services.entry_destroy, region="prices", key="b")
+    # Three queued (a, b, c) and d overflows: since is before a's create.
+    gap = {"since": since - 1, "dropped": 3, "reason": "overflow"}
+    assert await db(lambda: DurableClient.objects.get().gap)() == gap
+    assert await db(QueueEntry.objects.count)() == 0
+
+    sock, welcome = await session(token, durable_id="d1", max_queued=3)
+    assert welcome["gap"] == gap
+    assert welcome["pending_events"] == 0
+    interest = await db(lambda: DurableClient.objects.get().interests.get().pk)()
+    marker, before = await sock.ready()
+    assert before == [
+        {"type": "gap", **gap},
+        {
+            "type": "image",
+            "region": "prices",
+            "resync": True,
+            "interest": interest,
+            "entries": [
+                {"key": "c", "value": 1, "version": 1},
+                {"key": "d", "value": 1, "version": 1},
+                {"key": "a", "value": 2, "version": 2},
+                {"key": "b", "version": 2, "destroyed": True},
+            ],
+        },
+    ]
+    assert marker == {
+        "type": "marker",
+        "replayed": 0,
+        "resynced": 4,
+        "regions": ["prices"],
+    }
+    assert await db(lambda: DurableClient.objects.get().gap)() is None
+    # The queue works as before: live events, then a replay after a drop.
+    await write(cache_services.entry_put, region="prices", key="e", value=1)
+    (event,) = await sock.events(1)
+    assert (event["key"], event["replay"]) == ("e", False)
+
+
+async def test_a_cq_is_resynced_with_members_and_leavers(session, token, region, write):
+    sock, _ = await session(token, durable_id="d1", max_queued=1)
+    await sock.request(
+        type="register_cq",
+        name="big",
+        region="prices",
+        query="value > 5",
+        durable=True,
+    )
+    await sock.request(type="close", keepalive=True)
+    await write(cache_services.entry_put, region="prices", key="a", value=9)
+    await write(cache_services.entry_put, region="prices", key="b", value=9)
+    await write(cache_services.entry_put, region="prices", key="b", value=1)
+    sock, welcome = await session(token, durable_id="d1", max_queued=1)
+    assert welcome["gap"]["dropped"] == 1
+    marker, before = await sock.ready()
+    assert [f["type"] for f in before] == ["gap", "image"]
+    assert before[1]["cq"] == "big"
+    assert before[1]["resync"] is True
+    assert before[1]["entries"] == [
+        {"key": "a", "value": 9, "version": 1},
+        {"key": "b", "version": 2, "cq_op": "destroy"},
+    ]
+    assert marker["resynced"] == 2
+
+
+async def test_events_written_after_the_resync_began_are_queued_again(
+    session, token, region, write
+):
+    await _away_with_a_limit(session, token, max_queued=1)
+    await write(cache_services.entry_put, region="prices", key="a", value=1)
+    await write(cache_services.entry_put, region="prices", key="b", value=1)
+    sock, _ = await session(token, durable_id="d1", max_queued=1)
+    marker, _ = await sock.ready()
+    assert marker["resynced"] == 2
+    await sock.request(type="close", keepalive=True)
+    await write(cache_services.entry_put, region="prices", key="c", value=1)
+    sock, welcome = await session(token, durable_id="d1", max_queued=1)
+    assert "gap" not in welcome
+    assert welcome["pending_events"] == 1
+    marker, replayed = await sock.ready()
+    assert [(e["key"], e["replay"]) for e in replayed] == [("c", True)]
+    assert marker["resynced"] == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
+    session, token, region, write, seed
+):
+    """Whatever mix of writes overflowed the queue, the client's copy as
+    of the gap plus the resync equals the region now."""
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(40)]
+    sock, _ = await session(token, durable_id="d1", max_queued=50, conflate=False)
+    await sock.register(durable=True, all_keys=True)
+    marker, _ = await sock.ready()
+    copy: dict[str, object] = {}
+    # Live for a while: the client applies what it is sent, acking it.
+    for _ in range(30):
+        await _random_write(rng, keys, write)
+    # The socket lets events pile up unacked; more than the limit come.
+    for _ in range(rng.randrange(60, 200)):
+        await _random_write(rng, keys, write)
+    await sock.drop()
+    assert await db(lambda: DurableClient.objects.get().gap)() is not None
+    since = (await db(lambda: DurableClient.objects.get().gap)())["since"]
+    # What the client holds: every change through ``since`` (the rest of
+    # what it was sent is newer, and the resync overwrites it).
+    copy = await db(_entries_through)(since)
+    sock, _ = await session(token, durable_id="d1", max_queued=50)
+    marker, before = await sock.ready()
+    for frame in before[1:]:
+        for item in frame["entries"]:
+            if item.get("destroyed"):
+                copy.pop(item["key"], None)
+            else:
+                copy[item["key"]] = item["value"]
+    assert copy == await db(_entries_now)()
+    assert marker["resynced"] == sum(len(f["entries"]) for f in before[1:])
+
+
+async def _random_write(rng, keys, write):
+    key = rng.choice(keys)
+    roll = rng.random()
+    if roll < 0.7:
+        await write(
+            cache_services.entry_put, region="prices", key=key, value=rng.randrange(99)
+        )
+    elif roll < 0.95:
+        entry = await db(Entry.objects.filter(key=key, is_destroyed=False).first)()
+        if entry is not None:
+            await write(cache_services.entry_destroy, region="prices", key=key)
+    else:
+        await write(cache_services.region_clear, name="prices")
+
+
+def _entries_now():
+    return {
+        e.key: e.value
+        for e in Entry.objects.filter(region__name="prices", is_destroyed=False)
+    }
+
+
+def _entries_through(seq):
+    """The region as it was just after log seq ``seq`` (replaying the log)."""
+    from cache.models import Event
+
+    state: dict[str, object] = {}
+    for event in Event.objects.filter(seq__lte=seq).order_by("seq"):
+        if event.op == "region_clear":
+            state.clear()
+        elif event.op in ("destroy", "invalidate"):
+            state.pop(event.key, None)
+        else:
+            state[event.key] = event.value
+    return state
