@@ -23,6 +23,7 @@ from django.db import transaction
 from cache import services as cache_services
 from clients.matching import Selector
 from clients.models import ContinuousQuery, DurableClient, Interest, InterestKind
+from clients.replication import ack_relay
 from clients.services.interests import clients_lock
 from queues import services as queue_services
 
@@ -76,8 +77,10 @@ def client_resync_start(*, client_id: uuid.UUID) -> Resync | None:
         DurableClient.objects.filter(pk=client_id).update(
             gap_since=None, gap_dropped=0, gap_reason="", queue_floor=head
         )
-    # What this host still holds is covered by the images.
+    # What the hosts still hold is covered by the images: acked through
+    # the floor here now, on the other hosts by the relay.
     queue_services.queue_ack(client_id=client_id, up_to=head)
+    ack_relay.add(client_id, head)
     return resync
 
 

@@ -6,14 +6,16 @@ queue drops its rows and queues nothing while the gap stands
 import logging
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connections
 
 from cache import counters
 from cache import services as cache_services
-from clients import fanout
+from clients import fanout, services
 from clients.models import DurableClient
 from queues import selectors as queue_selectors
-from tests.helpers import connected_client, queued_seqs
+from tests.clients.test_hosts_agree import durable_client, set_node, write
+from tests.helpers import connected_client, hello, queued_seqs
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -148,3 +150,82 @@ def test_the_overflow_adds_no_statement_to_the_passes_before_it(
     # The log's events and the interest rows (with the limit and the gap).
     with django_assert_num_queries(2, connection=connections["default"]):
         fanout.fanout_node("node-1")
+
+
+def _away_on_two_hosts(user, max_queued):
+    """A durable client away, primary node-1, its copy on node-2 (this
+    store), every key of "prices"."""
+    set_node("node-1")
+    set_node("node-2")
+    client = durable_client(
+        user, primary="node-1", secondaries=["node-2"], redundancy=1
+    )
+    DurableClient.objects.filter(pk=client.pk).update(max_queued=max_queued)
+    return client
+
+
+def _fail_over_to_node_2(user, monkeypatch):
+    set_node("node-1", up=False)
+    monkeypatch.setattr(django_settings, "DURABLECACHE_NODE_NAME", "node-2")
+    result = hello(user, "d1", socket_id="ch-2", redundancy=1)
+    assert result.client.primary == "node-2"
+    return result
+
+
+def test_a_copy_promoted_after_the_primarys_overflow_resyncs(user, region, monkeypatch):
+    """node-1 overflowed and recorded the gap; node-2's copy, behind (its
+    fan-out had read fewer events, or its acks came sooner), still holds
+    rows. node-1 dies before node-2 drops them: the promoted copy welcomes
+    the client with the gap, no half queue, and the resync restarts it."""
+    client = _away_on_two_hosts(user, max_queued=3)
+    seqs = write("a", "b")
+    fanout.fanout_node("node-2")
+    assert queued_seqs(client.id) == seqs
+    # node-1 (its queue longer: an unrelayed ack) overflowed at c.
+    DurableClient.objects.filter(pk=client.pk).update(
+        gap_since=seqs[0] - 1, gap_dropped=3, gap_reason="overflow"
+    )
+    result = _fail_over_to_node_2(user, monkeypatch)
+    assert result.pending_events == 0
+    client.refresh_from_db()
+    assert client.gap == {"since": seqs[0] - 1, "dropped": 3, "reason": "overflow"}
+
+    resync = services.client_resync_start(client_id=client.id)
+    assert resync is not None
+    assert resync.since == seqs[0] - 1
+    assert [t.region for t in resync.targets] == ["prices"]
+    assert queued_seqs(client.id) == []  # the stale rows are covered
+    client.refresh_from_db()
+    assert client.gap is None
+    assert client.queue_floor == resync.floor
+
+    after = write("c")
+    fanout.fanout_node("node-2")
+    assert queued_seqs(client.id) == after  # queued normally again
+    assert services.client_resync_start(client_id=client.id) is None
+
+
+def test_a_secondary_that_overflows_first_records_the_gap_and_takes_over(
+    user, region, monkeypatch
+):
+    client = _away_on_two_hosts(user, max_queued=2)
+    seqs = write("a", "b", "c")
+    fanout.fanout_node("node-2")
+    assert queued_seqs(client.id) == []
+    gap = {"since": seqs[0] - 1, "dropped": 2, "reason": "overflow"}
+    client.refresh_from_db()
+    assert client.gap == gap
+    # node-1's fan-out, later, overflows too: the gap stays the first one.
+    assert (
+        fanout.gaps_record(
+            [fanout.queue_services.Overflow(client.id, seqs[1] - 1, 2, seqs[2])],
+            "node-1",
+        )
+        == 0
+    )
+    write("d")
+    fanout.fanout_node("node-2")
+    assert queued_seqs(client.id) == []  # nothing while the gap stands
+    result = _fail_over_to_node_2(user, monkeypatch)
+    assert result.pending_events == 0
+    assert result.client.gap == gap
