@@ -43,6 +43,18 @@ def test_durable_list_show_and_close(user):
         run("durable", "show", "cli-1")
 
 
+def test_durable_list_and_show_print_a_gap(user):
+    options = services.parse_hello_options({"durable_id": "cli-1", "max_queued": 9})
+    client = services.client_hello(user=user, socket_id="s", options=options).client
+    DurableClient.objects.filter(pk=client.pk).update(
+        gap_since=41, gap_dropped=9, gap_reason="overflow"
+    )
+    assert "gap since 41 (9 dropped, overflow)" in run("durable", "list")
+    shown = json.loads(run("durable", "show", "cli-1"))
+    assert shown["gap"] == {"since": 41, "dropped": 9, "reason": "overflow"}
+    assert shown["max_queued"] == 9
+
+
 def test_every_command_loads_in_a_fresh_process(tmp_path):
     """Each command imports cleanly on its own (no import cycle at startup)."""
     for command in ("durable", "issue_token", "runnode", "runcluster"):

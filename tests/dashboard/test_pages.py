@@ -588,6 +588,17 @@ def test_clients_show_queue_size_per_host_and_pending(user, op, region):
     assert row.find("td", class_="secondaries").text() == "node-2"
 
 
+def test_a_client_with_a_gap_is_marked_in_the_list_and_on_its_page(user, op):
+    client = hello(user).client
+    DurableClient.objects.filter(pk=client.pk).update(
+        gap_since=41, gap_dropped=5, gap_reason="overflow", max_queued=5
+    )
+    (row,) = body_rows(dom(op.get("/dashboard/clients/")), "clients")
+    assert row.find("td", class_="pending").text() == "gap since 41, 5 dropped"
+    page = op.get("/dashboard/clients/d1/").content.decode()
+    assert "since seq 41, 5 event(s) dropped (overflow)" in page
+
+
 def test_a_host_without_a_report_shows_zero(user, op):
     client = DurableClient.objects.create(
         durable_id="far", owner=user, primary="node-2", secondaries=["node-3"]

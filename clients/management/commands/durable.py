@@ -23,6 +23,12 @@ def _row(client: Any) -> dict[str, Any]:
     return dict(DurableClientSerializer(client).data)
 
 
+def _gap_note(gap: dict[str, Any] | None) -> str:
+    if gap is None:
+        return ""
+    return f"  gap since {gap['since']} ({gap['dropped']} dropped, {gap['reason']})"
+
+
 class Command(BaseCommand):
     help = "List, show and close durable clients."
 
@@ -54,6 +60,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{row['durable_id']:<32} {row['state']:<12} {row['primary']:<10} "
                 f"{row['pending_events']:>8}  {row['expires_at'] or '-'}"
+                + _gap_note(row["gap"])
             )
 
     def do_show(self, opts: dict[str, Any]) -> None:
