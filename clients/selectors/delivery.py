@@ -193,13 +193,22 @@ def delivery_checks(
     queue's last seq here, and the socket holding it ("" when it is marked
     away), in one query per database (sockets.wakeups)."""
     rows = sql.rows_by_pk(
-        DurableClient.objects, client_ids, "primary", "is_connected", "socket_id"
+        DurableClient.objects,
+        client_ids,
+        "primary",
+        "is_connected",
+        "socket_id",
+        "gap_since",
     )
     heads = queue_selectors.queue_heads(client_ids=client_ids)
     checks = {}
     for cid in client_ids:
-        primary, connected, socket = rows.get(cid, (None, False, ""))
-        checks[cid] = (primary, heads.get(cid, 0), socket if connected else "")
+        primary, connected, socket, gap = rows.get(cid, (None, False, "", None))
+        # A queue that overflowed while its socket delivers gets nothing
+        # more: the socket is told it is not held (closed 4503), and the
+        # client's next hello and ready resync it.
+        held = connected and gap is None
+        checks[cid] = (primary, heads.get(cid, 0), socket if held else "")
     return checks
 
 

@@ -12,6 +12,7 @@ from cache import services as cache_services
 from cache.models import Entry, EventLog
 from clients.models import DurableClient
 from queues.models import QueueEntry
+from sockets import wakeups
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
@@ -205,3 +206,28 @@ def _entries_through(seq):
         else:
             state[event.key] = event.value
     return state
+
+
+async def test_a_socket_whose_queue_overflows_while_live_is_closed_to_resync(
+    session, token, region, write
+):
+    """Events pile up unacked on a live socket past its limit: the hub's
+    sweep closes it 4503, and its next hello and ready resync it."""
+    sock, _ = await session(token, durable_id="d1", max_queued=2)
+    await sock.register(durable=True, all_keys=True)
+    await sock.ready()
+    for key in ("a", "b", "c"):
+        await write(cache_services.entry_put, region="prices", key=key, value=1)
+    assert await db(lambda: DurableClient.objects.get().gap)() is not None
+    await wakeups.hub.sweep()
+    while True:  # the events sent before the overflow, then the close
+        out = await sock.comm.receive_output(timeout=5)
+        if out["type"] == "websocket.close":
+            assert out["code"] == 4503
+            break
+    await sock.comm.wait()
+    sock, welcome = await session(token, durable_id="d1", max_queued=2)
+    assert welcome["gap"]["dropped"] == 2
+    marker, before = await sock.ready()
+    assert before[0]["type"] == "gap"
+    assert marker["resynced"] == 3
