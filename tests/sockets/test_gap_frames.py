@@ -135,50 +135,75 @@ async def test_events_written_after_the_resync_began_are_queued_again(
     assert marker["resynced"] == 0
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", range(4))
 async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
     session, token, region, write, seed
 ):
     """Whatever mix of writes overflowed the queue, the client's copy as
-    of the gap plus the resync equals the region now."""
+    of the gap plus the resync equals the region now, for each of its
+    interests (every key, a key list) and its CQ."""
     rng = random.Random(seed)
-    keys = [f"k{i}" for i in range(40)]
-    sock, _ = await session(token, durable_id="d1", max_queued=50, conflate=False)
+    keys = [f"k{i}" for i in range(80)]
+    listed = sorted(rng.sample(keys, 20))
+    sock, _ = await session(token, durable_id="d1", max_queued=100, conflate=False)
     await sock.register(durable=True, all_keys=True)
-    marker, _ = await sock.ready()
-    copy: dict[str, object] = {}
-    # Live for a while: the client applies what it is sent, acking it.
-    for _ in range(30):
-        await _random_write(rng, keys, write)
-    # The socket lets events pile up unacked; more than the limit come.
-    for _ in range(rng.randrange(60, 200)):
+    await sock.register(durable=True, keys=listed)
+    await sock.request(
+        type="register_cq",
+        name="big",
+        region="prices",
+        query="value > 50",
+        durable=True,
+    )
+    await sock.ready()
+    # The socket is sent events but never acks: they pile up past the limit.
+    for _ in range(rng.randrange(50, 90)):
         await _random_write(rng, keys, write)
     await sock.drop()
-    assert await db(lambda: DurableClient.objects.get().gap)() is not None
-    since = (await db(lambda: DurableClient.objects.get().gap)())["since"]
+    gap = await db(lambda: DurableClient.objects.get().gap)()
+    assert gap is not None
     # What the client holds: every change through ``since`` (the rest of
     # what it was sent is newer, and the resync overwrites it).
-    copy = await db(_entries_through)(since)
-    sock, _ = await session(token, durable_id="d1", max_queued=50)
+    then = await db(_entries_through)(gap["since"])
+    ids = await db(
+        lambda: sorted(
+            DurableClient.objects.get().interests.values_list("pk", flat=True)
+        )
+    )()
+    copies = {
+        ("interest", ids[0]): dict(then),
+        ("interest", ids[1]): {k: v for k, v in then.items() if k in listed},
+        ("cq", "big"): {k: v for k, v in then.items() if v is not None and v > 50},
+    }
+    sock, _ = await session(token, durable_id="d1", max_queued=100)
     marker, before = await sock.ready()
+    assert before[0] == {"type": "gap", **gap}
     for frame in before[1:]:
+        assert frame["resync"] is True
+        target = (
+            ("cq", frame["cq"]) if "cq" in frame else ("interest", frame["interest"])
+        )
+        copy = copies[target]
         for item in frame["entries"]:
-            if item.get("destroyed"):
+            if item.get("destroyed") or item.get("cq_op") == "destroy":
                 copy.pop(item["key"], None)
             else:
                 copy[item["key"]] = item["value"]
-    assert copy == await db(_entries_now)()
+    now = await db(_entries_now)()
+    assert copies[("interest", ids[0])] == now
+    assert copies[("interest", ids[1])] == {k: v for k, v in now.items() if k in listed}
+    assert copies[("cq", "big")] == {k: v for k, v in now.items() if v > 50}
     assert marker["resynced"] == sum(len(f["entries"]) for f in before[1:])
 
 
 async def _random_write(rng, keys, write):
-    key = rng.choice(keys)
+    """A putall of a few keys (one event each), a destroy or a clear."""
     roll = rng.random()
-    if roll < 0.7:
-        await write(
-            cache_services.entry_put, region="prices", key=key, value=rng.randrange(99)
-        )
-    elif roll < 0.95:
+    if roll < 0.8:
+        entries = {k: rng.randrange(99) for k in rng.sample(keys, rng.randrange(1, 8))}
+        await write(cache_services.entry_putall, region="prices", entries=entries)
+    elif roll < 0.97:
+        key = rng.choice(keys)
         entry = await db(Entry.objects.filter(key=key, is_destroyed=False).first)()
         if entry is not None:
             await write(cache_services.entry_destroy, region="prices", key=key)
