@@ -15,6 +15,12 @@ class Conflate(models.TextChoices):
     FALSE = "false"
 
 
+def default_max_queued() -> int:
+    """A client's ``max_queued`` until a ``hello`` gives one (a client a
+    REST pre-registration created, say)."""
+    return int(settings.DURABLECACHE_DEFAULT_MAX_QUEUED)
+
+
 class DurableClient(models.Model):
     """A subscriber; durable when ``durable_id`` is set.
 
@@ -42,7 +48,7 @@ class DurableClient(models.Model):
     # ``secondaries``); only a complete copy can be promoted to primary.
     syncing = models.JSONField(default=list, blank=True)
     # At most this many events queued; one more overflows the queue.
-    max_queued = models.PositiveIntegerField(default=1000000)
+    max_queued = models.PositiveIntegerField(default=default_max_queued)
     # The queue's gap (docs/protocol.md, "Bounded queues"): recorded once,
     # here, by the first host whose append would pass ``max_queued``; every
     # host's fan-out reads it with the client's interests and queues

@@ -60,7 +60,13 @@ class Resync:
 def client_resync_start(*, client_id: uuid.UUID) -> Resync | None:
     """Clear the client's gap and restart its queue at the log head; return
     what the resync must send (None: no gap stands). Run by the socket's
-    ``ready`` on the client's primary, before its delivery starts."""
+    ``ready`` on the client's primary, before its delivery starts.
+
+    Without a gap, one read of the row and no lock: the event log is
+    locked (as a write locks it) only for a resync. A gap recorded after
+    that read is the delivering socket's (``delivery_checks``)."""
+    if not DurableClient.objects.filter(pk=client_id, gap_since__isnull=False).exists():
+        return None
     with transaction.atomic():
         clients_lock([client_id])
         head = cache_services.event_log_head_locked()

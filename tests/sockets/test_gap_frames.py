@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async as db
 
 from cache import services as cache_services
-from cache.models import Entry, EventLog
+from cache.models import Entry, EventLog, Region
 from clients.models import DurableClient
 from queues.models import QueueEntry
 from sockets import wakeups
@@ -256,3 +256,19 @@ async def test_a_socket_whose_queue_overflows_while_live_is_closed_to_resync(
     marker, before = await sock.ready()
     assert before[0]["type"] == "gap"
     assert marker["resynced"] == 3
+
+
+async def test_a_gap_older_than_the_pruned_tombstones_resyncs_a_full_image(
+    session, token, region, write
+):
+    await _away_with_a_limit(session, token, max_queued=1, keys=["a", "b"])
+    await write(cache_services.entry_put, region="prices", key="a", value=1)
+    await write(cache_services.entry_put, region="prices", key="b", value=1)
+    await write(cache_services.entry_destroy, region="prices", key="b")
+    pruned = await db(head)()
+    await db(lambda: Region.objects.update(tombstones_pruned_through=pruned))()
+    sock, _ = await session(token, durable_id="d1", max_queued=1)
+    marker, before = await sock.ready()
+    assert [f["type"] for f in before] == ["gap", "image"]
+    assert before[1]["entries"] == [{"key": "a", "value": 1, "version": 1}]
+    assert marker["resynced"] == 1
