@@ -522,7 +522,6 @@ def test_cli_subscribe_prints_events_and_marker(live, region, tmp_path):
         assert marker == {
             "type": "marker",
             "replayed": 0,
-            "resynced": 0,
             "regions": [region],
         }
         answers = [
@@ -565,7 +564,6 @@ def test_cli_subscribe_prints_events_and_marker(live, region, tmp_path):
     assert marker == {
         "type": "marker",
         "replayed": 1,
-        "resynced": 0,
         "regions": [region],
     }
     assert client_state(live, live.user, durable_id)[0] == 200
