@@ -93,6 +93,7 @@ class ClientConnection(ClientDelivery):
     durable_id: str | None
     timeout: int
     redundancy: int
+    max_queued: int | None
     conflate: str
     on_fatal: Callback | None
     on_reconnect: Callback | None
@@ -183,13 +184,16 @@ class ClientConnection(ClientDelivery):
         return url
 
     def _hello(self) -> dict[str, Any]:
-        return {
+        hello = {
             "type": "hello",
             "durable_id": self.durable_id,
             "timeout": self.timeout,
             "redundancy": self.redundancy,
             "conflate": self.conflate,
         }
+        if self.max_queued is not None:  # else the server's default
+            hello["max_queued"] = self.max_queued
+        return hello
 
     async def _start_session(self, session: Session) -> bool:
         """Start reading, restore registrations and ready; False if it dropped."""

@@ -201,13 +201,15 @@ class ClientRegions(ClientRequests):
         """Send every registration again on a new session, in original order.
 
         Idempotent on the server. When no replay will cover the time away
-        (the queue is new or lost, or the registration is not durable, so
-        the server dropped it meanwhile) it recovers by key instead: sent
-        with `since`, the last seq delivered, and its image told to the
-        listeners. An interest with policy `none` has no image to recover
-        with and is sent as it was.
+        (the queue is new or lost, or overflowed: a `gap` in the welcome,
+        or the registration is not durable, so the server dropped it
+        meanwhile) it recovers by key instead: sent with `since`, the last
+        seq delivered, and its image told to the listeners. An interest
+        with policy `none` has no image to recover with and is sent as it
+        was.
         """
-        lost_queue = session.welcome.pending_event_count < 0
+        welcome = session.welcome
+        lost_queue = welcome.pending_event_count < 0 or welcome.gap is not None
         since = self._last_seq
         for handle, registration in list(self._registrations.items()):
             recover = (
@@ -260,6 +262,8 @@ class ClientRegions(ClientRequests):
         and the version rule makes the overlap harmless."""
         if session.closed_event.is_set():
             return  # the next session registers everything again
+        if session.welcome.gap is not None and session.is_reconnect:
+            return  # the welcome said so: restored from `since` already
 
         async def recover_all() -> None:
             for handle, registration in list(self._registrations.items()):

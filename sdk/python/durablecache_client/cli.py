@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--timeout", type=int, default=300, help="durable timeout, s")
     sub.add_argument("--redundancy", type=int, default=0)
     sub.add_argument(
+        "--max-queued",
+        type=int,
+        default=None,
+        help="the most events the queue holds while away (default: the server's)",
+    )
+    sub.add_argument(
         "--conflate", choices=("server", "true", "false"), default="server"
     )
     sub.add_argument("--region", required=True)
@@ -205,6 +211,7 @@ async def subscribe(
         durable_id=args.durable_id,
         timeout=args.timeout,
         redundancy=args.redundancy,
+        max_queued=args.max_queued,
         conflate=args.conflate,
         token=args.token,
         default_listener=printer,

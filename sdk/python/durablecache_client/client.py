@@ -44,6 +44,7 @@ class AsyncDurableClient(ClientConnection):
         ack_interval: float = 0.1,
         message_tracking_timeout: float = 900.0,
         *,
+        max_queued: int | None = None,
         default_listener: CacheListener | None = None,
         on_fatal: Callback | None = None,
         on_reconnect: Callback | None = None,
@@ -68,6 +69,9 @@ class AsyncDurableClient(ClientConnection):
         self.durable_id = durable_id
         self.timeout = timeout
         self.redundancy = redundancy
+        if max_queued is not None and max_queued < 1:
+            raise ValueError("max_queued must be at least 1")
+        self.max_queued = max_queued
         self._token = token
         self.ack_interval = ack_interval
         self.message_tracking_timeout = message_tracking_timeout

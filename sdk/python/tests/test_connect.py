@@ -11,6 +11,15 @@ from durablecache_client import ConnectFailedError, FatalConnectionError, Welcom
 pytestmark = pytest.mark.asyncio
 
 
+async def test_max_queued_goes_in_the_hello_only_when_given(fake_server, make_client):
+    _, conn = await fake_server.connect(make_client(durable_id="a", max_queued=500))
+    assert conn.hello["max_queued"] == 500
+    _, conn = await fake_server.connect(make_client(durable_id="b"))
+    assert "max_queued" not in conn.hello  # the server's default
+    with pytest.raises(ValueError, match="max_queued"):
+        make_client(durable_id="c", max_queued=0)
+
+
 async def test_connect_sends_hello_with_token_header_and_returns_welcome(
     fake_server, make_client
 ):
