@@ -156,6 +156,7 @@ def main() -> None:
     ``DURABLECACHE_*`` URLs of the environment), each round's two rates and
     their ratio, then the median ratio."""
     import argparse
+    import shutil
     import statistics
     import tempfile
     from pathlib import Path
@@ -167,7 +168,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--events", type=int, default=20000)
     args = parser.parse_args()
-    cluster = Cluster(Path(tempfile.mkdtemp(prefix="durablecache-cq-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="durablecache-cq-bench-"))
+    cluster = Cluster(workdir)
     try:
         ws_url, token, rest = first_node(cluster, "bench", "bench")
         ratios = []
@@ -184,6 +186,7 @@ def main() -> None:
         out(f"median ratio {statistics.median(ratios):.2f} (target >= 0.5)")
     finally:
         cluster.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,18 @@ from common.api import NameField, paged_serializer
 NO_QUEUE = -2
 
 
+class GapSerializer(serializers.Serializer[dict[str, object]]):
+    """A client's gap: its queue overflowed, and it resyncs by key after
+    its next ready (docs/protocol.md, "Bounded queues, gaps and resync")."""
+
+    since = serializers.IntegerField(
+        help_text="the seq just before the oldest event dropped: every change "
+        "after it may be missing"
+    )
+    dropped = serializers.IntegerField(help_text="queued events the overflow removed")
+    reason = serializers.ChoiceField(choices=["overflow"])
+
+
 class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
     """A durable client with its placement and queue sizes.
 
@@ -82,9 +94,7 @@ class DurableClientSerializer(serializers.ModelSerializer[DurableClient]):
     def get_queue_sizes(self, obj: DurableClient) -> dict[str, int]:
         return self._sizes(obj)
 
-    @extend_schema_field(
-        serializers.DictField(child=serializers.JSONField(), allow_null=True)
-    )
+    @extend_schema_field(GapSerializer(allow_null=True))
     def get_gap(self, obj: DurableClient) -> dict[str, object] | None:
         return obj.gap
 

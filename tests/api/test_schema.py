@@ -128,9 +128,16 @@ def test_fields_say_what_the_views_answer(served):
     assert set(client["required"]) == {
         "durable_id", "owner", "state", "node", "primary", "secondaries",
         "syncing", "queue_sizes", "pending_events", "timeout", "redundancy",
-        "expires_at",
+        "max_queued", "gap", "expires_at",
     }  # fmt: skip
     assert client["properties"]["expires_at"]["nullable"] is True
+    gap = client["properties"]["gap"]
+    assert gap["nullable"] is True
+    [ref] = [part["$ref"] for part in gap["allOf"]]
+    gap_schema = schemas[ref.rsplit("/", 1)[1]]
+    assert set(gap_schema["required"]) == {"since", "dropped", "reason"}
+    reason = gap_schema["properties"]["reason"]["$ref"].rsplit("/", 1)[1]
+    assert schemas[reason]["enum"] == ["overflow"]
     assert client["properties"]["syncing"]["items"] == {"type": "string"}
     assert "nullable" not in client["properties"]["durable_id"]
     assert schemas["Entry"]["properties"]["value"]["nullable"] is True
