@@ -327,6 +327,7 @@ def main() -> None:
     the ``DURABLECACHE_*`` URLs of the environment); prints its rows and,
     with ``--output``, writes the figures as JSON."""
     import argparse
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -340,7 +341,8 @@ def main() -> None:
     parser.add_argument("--sample-every", type=int, default=10_000)
     parser.add_argument("--output", default="")
     args = parser.parse_args()
-    cluster = Cluster(Path(tempfile.mkdtemp(prefix="durablecache-recovery-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="durablecache-recovery-bench-"))
+    cluster = Cluster(workdir)
     try:
         ws_url, token, rest = first_node(cluster, "bench", "bench")
         result = run(
@@ -357,6 +359,8 @@ def main() -> None:
         )
     finally:
         cluster.close()
+        # Its SQLite files hold the million events' log (~180 MB).
+        shutil.rmtree(workdir, ignore_errors=True)
     for line in rows(result):
         out(line)
     out(
