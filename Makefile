@@ -94,7 +94,15 @@ bench-failover: install
 bench-growth: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	timeout -s INT -k 30 480 $(PY) -m bench.run --rounds 0 --kills 0 \
-	  --budget 450 --failover-reserve 0 --output bench/growth.json
+	  --recovery-events 0 --budget 450 --failover-reserve 0 --output bench/growth.json
+
+# A bounded queue (max_queued 100,000) overflowed by 1,000,000 events over
+# 10,000 keys, its recovery (hello -> marker) against a replay of 10,000
+# events, alone on a fresh node (~35 s); make bench runs it too. Writes
+# bench/recovery.json. See docs/performance.md.
+.PHONY: bench-recovery
+bench-recovery: install
+	timeout -s INT -k 30 300 $(PY) -m bench.recovery --output bench/recovery.json
 
 # CPU per put and per replayed event, by process and by Daphne thread, on
 # one node (under a minute). See docs/performance.md.
@@ -111,7 +119,8 @@ bench: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	timeout -s INT -k 30 600 $(PY) -m bench.run
 	DURABLECACHE_SERVER_TUNING=false timeout -s INT -k 30 300 $(PY) -m bench.run \
-	  --rounds 1 --growth-events 0 --growth-min 0 --kills 0 --budget 280 --failover-reserve 0 \
+	  --rounds 1 --growth-events 0 --growth-min 0 --recovery-events 0 --kills 0 \
+	  --budget 280 --failover-reserve 0 \
 	  --output bench/results-stock.json
 
 # The same scenarios on PostgreSQL and a Redis server (the production
@@ -125,4 +134,5 @@ bench-postgres: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	DURABLECACHE_DATABASE_URL=$(PG_URL) DURABLECACHE_REDIS_URL=$(REDIS_URL) \
 	  timeout -s INT -k 30 600 $(PY) -m bench.run --growth-events 0 --growth-min 0 \
-	  --kills 0 --failover-reserve 0 --output bench/results-postgres.json
+	  --recovery-events 0 --kills 0 --failover-reserve 0 \
+	  --output bench/results-postgres.json

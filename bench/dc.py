@@ -40,9 +40,17 @@ class Ws:
             if frame["type"] == "error":
                 raise RuntimeError(f"server error: {frame}")
 
-    async def hello(self, durable_id: str, redundancy: int = 0) -> dict[str, Any]:
+    async def hello(
+        self, durable_id: str, redundancy: int = 0, max_queued: int | None = None
+    ) -> dict[str, Any]:
+        """``hello`` with a 30-minute timeout (and ``max_queued`` if given)."""
+        bound = {} if max_queued is None else {"max_queued": max_queued}
         await self.send(
-            type="hello", durable_id=durable_id, timeout=1800, redundancy=redundancy
+            type="hello",
+            durable_id=durable_id,
+            timeout=1800,
+            redundancy=redundancy,
+            **bound,
         )
         return await self.expect("welcome")
 
@@ -70,11 +78,16 @@ class Ws:
 
 
 async def make_offline(
-    url: str, token: str, durable_id: str, region: str, redundancy: int = 0
+    url: str,
+    token: str,
+    durable_id: str,
+    region: str,
+    redundancy: int = 0,
+    max_queued: int | None = None,
 ) -> None:
     """A durable client with durable interest in every key, then away."""
     ws = await Ws(url, token).connect()
-    await ws.hello(durable_id, redundancy)
+    await ws.hello(durable_id, redundancy, max_queued)
     await ws.register(region, all_keys=True)
     await ws.close(keepalive=True)
 

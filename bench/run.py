@@ -4,10 +4,11 @@ Starts a one-node cluster (tests.integration.harness: embedded Redis and
 SQLite, or PostgreSQL/Redis when DURABLECACHE_DATABASE_URL/REDIS_URL are set;
 a second node joins for the redundancy-1 enqueue only), a private Mosquitto
 and a bare Daphne echo app, all on 127.0.0.1; runs every scenario in rounds
-while the time budget allows (up to 3), then grows one offline queue towards
-1,000,000 events (bench.growth) and SIGKILLs a primary 5 times on a 3-node
-cluster (bench.failover); prints a table and writes bench/results.json.
-Every process it starts is ended by its pid or process group.
+while the time budget allows (up to 3), then overflows a bounded queue with
+1,000,000 events and times its recovery against a replay (bench.recovery),
+grows one offline queue towards 1,000,000 events (bench.growth) and SIGKILLs
+a primary 5 times on a 3-node cluster (bench.failover); prints a table and
+writes bench/results.json. Every process it starts is ended by its pid or process group.
 """
 
 import argparse
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import cq_enqueue, dc, failover, fanout, growth, mqtt
+from bench import cq_enqueue, dc, failover, fanout, growth, mqtt, recovery
 from bench.common import (
     Rest,
     daphne_process,
@@ -352,6 +353,20 @@ class Bench:
         mqtt.drop_session(port, f"{did}-sub")
         return rate
 
+    def bounded_recovery(self) -> dict[str, Any]:
+        """4c. A bounded queue overflowed, its recovery against a replay."""
+        return recovery.run(
+            self.ws_url,
+            self.rest,
+            self.token,
+            REGION,
+            self.cluster.nodes["node-1"]["proc"].pid,
+            "recovery",
+            events=self.args.recovery_events,
+            keys=self.args.recovery_keys,
+            max_queued=self.args.recovery_max_queued,
+        )
+
     def queue_growth(self, deadline: float) -> dict[str, Any]:
         """4b. Node RSS and the pending-count time while one queue grows."""
         return growth.run(
@@ -570,6 +585,8 @@ def table(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
                 "",
             )
         )
+    if "recovery" in result:
+        rows += recovery.table_rows(result["recovery"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows
@@ -656,6 +673,8 @@ def extra_rows(result: dict[str, Any]) -> list[str]:
                 f"pending count via REST: {first['pending_ms']} ms at "
                 f"{first['events']} events, {last['pending_ms']} ms at {last['events']}"
             )
+    if "recovery" in result:
+        lines.append(recovery.detail(result["recovery"]))
     if "memory_close_failures" in result:
         failed = result["memory_close_failures"]
         lines.append(
@@ -718,6 +737,20 @@ def main() -> int:
     parser.add_argument(
         "--growth-min", type=float, default=55, help="seconds kept for queue growth"
     )
+    parser.add_argument(
+        "--recovery-events",
+        type=int,
+        default=1_000_000,
+        help="events written past the bounded queue of the recovery (0: skip it)",
+    )
+    parser.add_argument("--recovery-keys", type=int, default=10_000)
+    parser.add_argument("--recovery-max-queued", type=int, default=100_000)
+    parser.add_argument(
+        "--recovery-min",
+        type=float,
+        default=45,
+        help="seconds kept for the recovery (when it runs)",
+    )
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument(
         "--failover-reserve", type=float, default=70, help="seconds kept for failover"
@@ -729,15 +762,17 @@ def main() -> int:
     bench = Bench(args, workdir)
     rounds_done = 0
     extra: dict[str, Any] = {}
-    end_of_rounds = args.budget - args.failover_reserve - args.growth_min
+    recovery_min = args.recovery_min if args.recovery_events > 0 else 0
+    end_of_rounds = args.budget - args.failover_reserve - args.growth_min - recovery_min
     try:
         bench.start()
         out(f"setup {time.monotonic() - began:.1f}s; workdir {workdir}")
         longest = 0.0
         for r in range(1, args.rounds + 1):
             # A round runs if the longest so far still fits before the
-            # growth's and the failovers' reserves (measured: ~55 s to grow
-            # a queue to 1,000,000 events, ~65 s for 5 kills).
+            # recovery's, the growth's and the failovers' reserves
+            # (measured: ~35 s to overflow and recover with 1,000,000
+            # events, ~55 s to grow a queue to 1,000,000, ~65 s for 5 kills).
             left = end_of_rounds - (time.monotonic() - began)
             if r > 1 and left < longest:
                 out(
@@ -751,6 +786,9 @@ def main() -> int:
             longest = max(longest, took)
             rounds_done = r
             out(f"round {r} took {took:.0f}s")
+        if args.recovery_events > 0:
+            out("recovery")
+            extra["recovery"] = bench.bounded_recovery()
         if args.growth_events > 0:
             out("queue growth")
             g = bench.queue_growth(began + args.budget - args.failover_reserve)
