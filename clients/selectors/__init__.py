@@ -22,6 +22,7 @@ from clients.selectors.dashboard import (
     dashboard_clients,
     dashboard_counts,
     node_series,
+    overflow_counts,
     recent_history,
 )
 from clients.selectors.delivery import (
@@ -74,6 +75,7 @@ __all__ = [
     "interest_rows",
     "node_overview",
     "node_series",
+    "overflow_counts",
     "queue_sizes_of",
     "recent_history",
     "redundancy_satisfied",

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from cache.models import Node
 from clients.models import (
     ClientHistory,
     ClientSample,
@@ -31,6 +32,21 @@ def dashboard_counts() -> dict[str, int]:
         "expired": LostQueue.objects.filter(
             reason="expired", lost_at__gte=hour_ago
         ).count(),
+    }
+
+
+def overflow_counts() -> dict[str, Any]:
+    """Clients whose gap stands now (their queue overflowed; each resyncs
+    by key after its next ``ready``), and the overflows each node recorded
+    (its ``durablecache_overflows_total``, flushed to its row every few
+    seconds, cache/counters.py)."""
+    by_node = dict(Node.objects.values_list("name", "overflows_total"))
+    return {
+        "clients_with_gap": DurableClient.objects.filter(
+            gap_since__isnull=False
+        ).count(),
+        "by_node": by_node,
+        "total": sum(by_node.values()),
     }
 
 

@@ -12,8 +12,13 @@ from dashboard.views.base import base_context, operator_required, own_node
 @operator_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
+    overflows = client_selectors.overflow_counts()
     nodes = [
-        {**n, "dashboard_url": n["url"].rstrip("/") + "/dashboard/"}
+        {
+            **n,
+            "dashboard_url": n["url"].rstrip("/") + "/dashboard/",
+            "overflows": overflows["by_node"].get(n["name"], 0),
+        }
         for n in client_selectors.node_overview(own_node=own_node())
     ]
     return render(
@@ -22,6 +27,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         base_context(
             request,
             nodes=nodes,
+            overflows=overflows,
             regions=cache_selectors.region_list()[:20],
             recent=client_selectors.recent_history(limit=20),
         ),

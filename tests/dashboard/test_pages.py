@@ -14,6 +14,7 @@ from django.conf import settings
 from django.test import Client as DjangoClient
 from django.utils import timezone
 
+from cache import counters
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Entry, Event, Node, Region
@@ -406,13 +407,38 @@ def test_overview_lists_nodes_with_their_status_and_numbers(user, op, region):
     page = dom(op.get("/dashboard/"))
     rows = {tr.attrs["data-node"]: cells(tr) for tr in body_rows(page, "nodes")}
     assert set(rows) == {HERE, "node-2", "node-3"}
-    # name, status, heartbeat, primary queues, secondary queues, queued, url
+    # name, status, heartbeat, primary queues, secondary queues, queued,
+    # overflows, url
     assert rows[HERE][1] == "up"
     assert rows["node-2"][1] == "down"
     assert rows["node-3"][1] == "down"  # draining is not offered to clients
     assert rows[HERE][3:6] == ["1", "1", "2"]
     assert rows["node-2"][3:5] == ["1", "0"]
-    assert rows[HERE][6] == "http://127.0.0.1:8000"
+    assert rows[HERE][6:8] == ["0", "http://127.0.0.1:8000"]
+
+
+def test_overview_counts_clients_with_a_gap_and_each_nodes_overflows(user, op, region):
+    """Two queues overflow on node-1 (one resynced since: its gap is gone,
+    its overflow still counted); node-2 counted one before."""
+    cache_services.node_register(name=HERE, url="http://127.0.0.1:8000")
+    node_row("node-2", url="http://node-2.test:8000")
+    Node.objects.filter(name="node-2").update(overflows_total=1)
+    for durable_id in ("d1", "d2"):
+        client = hello(user, durable_id, socket_id=f"ch-{durable_id}", max_queued=1)
+        register(client.client)
+        disconnect(client.client, f"ch-{durable_id}")
+    cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2})
+    fanout.fanout_node(HERE)
+    counters.counter.flush()  # what a node's process does every FLUSH_S
+    assert DurableClient.objects.filter(gap_since__isnull=False).count() == 2
+    DurableClient.objects.filter(durable_id="d2").update(gap_since=None)
+    page = dom(op.get("/dashboard/"))
+    rows = {tr.attrs["data-node"]: cells(tr) for tr in body_rows(page, "nodes")}
+    assert rows[HERE][6] == "2"
+    assert rows["node-2"][6] == "1"
+    assert page.by_id("clients-with-gap").text() == "1"
+    assert page.by_id("overflows-total").text() == "3"
+    assert "with a gap now" in page.by_id("overflows").text()
 
 
 def test_overview_recent_activity_shows_the_history_newest_first(user, op):

@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async as db
 
 from cache import services as cache_services
 from cache.models import Entry, EventLog, Region
+from clients import fanout
 from clients.models import DurableClient
 from queues.models import QueueEntry
 from sockets import wakeups
@@ -135,17 +136,26 @@ async def test_events_written_after_the_resync_began_are_queued_again(
     assert marker["resynced"] == 0
 
 
-@pytest.mark.parametrize("seed", range(4))
+KEYS = [f"k{i}" for i in range(600)]
+OPERATIONS = 10_000  # events per seed (a putall of n keys writes n)
+MAX_QUEUED = 1000
+FANOUT_EVERY = 25  # service calls between two fan-outs
+
+
+@pytest.mark.parametrize("seed", range(3))
 async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
-    session, token, region, write, seed
+    session, token, region, seed
 ):
-    """Whatever mix of writes overflowed the queue, the client's copy as
-    of the gap plus the resync equals the region now, for each of its
+    """Whatever mix of writes overflowed the queue (over ten thousand
+    creates, updates, destroys, invalidates and a few region clears on six
+    hundred keys), the client's copy as of the gap plus the resync equals
+    the region now, key for key (value and version), for each of its
     interests (every key, a key list) and its CQ."""
     rng = random.Random(seed)
-    keys = [f"k{i}" for i in range(80)]
-    listed = sorted(rng.sample(keys, 20))
-    sock, _ = await session(token, durable_id="d1", max_queued=100, conflate=False)
+    listed = sorted(rng.sample(KEYS, 100))
+    sock, _ = await session(
+        token, durable_id="d1", max_queued=MAX_QUEUED, conflate=False
+    )
     await sock.register(durable=True, all_keys=True)
     await sock.register(durable=True, keys=listed)
     await sock.request(
@@ -156,12 +166,22 @@ async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
         durable=True,
     )
     await sock.ready()
-    # The socket is sent events but never acks: they pile up past the limit.
-    for _ in range(rng.randrange(50, 90)):
-        await _random_write(rng, keys, write)
+    writer = _Writer(rng)
+    # The client keeps up for a few rounds (it receives and acks every
+    # event), then stops acking: the rest piles up past the limit.
+    for _ in range(rng.randrange(2, 8)):
+        await db(writer.run)(rng.randrange(300, MAX_QUEUED - 100))
+        last = await db(head)()
+        while (frame := await sock.recv())["seq"] < last:
+            assert frame["type"] == "event", frame
+        await sock.send(type="ack", up_to=last)
+        await sock.barrier()
+    acked = last
+    await db(writer.run)(OPERATIONS - writer.done)
     await sock.drop()
+    assert await db(head)() == writer.done >= OPERATIONS
     gap = await db(lambda: DurableClient.objects.get().gap)()
-    assert gap is not None
+    assert gap["since"] == acked
     # What the client holds: every change through ``since`` (the rest of
     # what it was sent is newer, and the resync overwrites it).
     then = await db(_entries_through)(gap["since"])
@@ -173,8 +193,9 @@ async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
     copies = {
         ("interest", ids[0]): dict(then),
         ("interest", ids[1]): {k: v for k, v in then.items() if k in listed},
-        ("cq", "big"): {k: v for k, v in then.items() if v is not None and v > 50},
+        ("cq", "big"): {k: v for k, v in then.items() if _big(v)},
     }
+    named: dict[tuple[str, object], set[str]] = {target: set() for target in copies}
     sock, _ = await session(token, durable_id="d1", max_queued=100)
     marker, before = await sock.ready()
     assert before[0] == {"type": "gap", **gap}
@@ -185,35 +206,67 @@ async def test_a_resync_brings_the_client_to_the_entries_as_they_are(
         )
         copy = copies[target]
         for item in frame["entries"]:
+            named[target].add(item["key"])
             if item.get("destroyed") or item.get("cq_op") == "destroy":
                 copy.pop(item["key"], None)
             else:
-                copy[item["key"]] = item["value"]
+                copy[item["key"]] = (item["value"], item["version"])
     now = await db(_entries_now)()
     assert copies[("interest", ids[0])] == now
     assert copies[("interest", ids[1])] == {k: v for k, v in now.items() if k in listed}
-    assert copies[("cq", "big")] == {k: v for k, v in now.items() if v > 50}
+    assert copies[("cq", "big")] == {k: v for k, v in now.items() if _big(v)}
     assert marker["resynced"] == sum(len(f["entries"]) for f in before[1:])
+    # A resync names each key once, whatever the number of events written.
+    assert marker["resynced"] == sum(len(keys) for keys in named.values())
 
 
-async def _random_write(rng, keys, write):
-    """A putall of a few keys (one event each), a destroy or a clear."""
-    roll = rng.random()
-    if roll < 0.8:
-        entries = {k: rng.randrange(99) for k in rng.sample(keys, rng.randrange(1, 8))}
-        await write(cache_services.entry_putall, region="prices", entries=entries)
-    elif roll < 0.97:
-        key = rng.choice(keys)
-        entry = await db(Entry.objects.filter(key=key, is_destroyed=False).first)()
-        if entry is not None:
-            await write(cache_services.entry_destroy, region="prices", key=key)
-    else:
-        await write(cache_services.region_clear, name="prices")
+def _big(entry):
+    value, _version = entry
+    return value is not None and value > 50
+
+
+class _Writer:
+    """Random writes: putalls of a few keys (creates and updates, one event
+    each), destroys, invalidates, a rare region clear; fanned out every
+    ``FANOUT_EVERY`` service calls, as a node does."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.live: set[str] = set()
+        self.done = 0  # events written
+
+    def run(self, events):
+        rng, target, calls = self.rng, self.done + events, 0
+        while self.done < target:
+            roll = rng.random()
+            if roll < 0.5 or not self.live:
+                count = min(rng.randrange(1, 20), target - self.done)
+                entries = {k: rng.randrange(99) for k in rng.sample(KEYS, count)}
+                cache_services.entry_putall(region="prices", entries=entries)
+                self.live.update(entries)
+                self.done += count
+            elif roll < 0.75:
+                key = rng.choice(sorted(self.live))
+                cache_services.entry_destroy(region="prices", key=key)
+                self.live.discard(key)
+                self.done += 1
+            elif roll < 0.997:
+                key = rng.choice(sorted(self.live))
+                cache_services.entry_invalidate(region="prices", key=key)
+                self.done += 1
+            else:
+                cache_services.region_clear(name="prices")
+                self.live.clear()
+                self.done += 1
+            calls += 1
+            if calls % FANOUT_EVERY == 0:
+                fanout.fanout_node("node-1")
+        fanout.fanout_node("node-1")
 
 
 def _entries_now():
     return {
-        e.key: e.value
+        e.key: (e.value, e.version)
         for e in Entry.objects.filter(region__name="prices", is_destroyed=False)
     }
 
@@ -222,14 +275,18 @@ def _entries_through(seq):
     """The region as it was just after log seq ``seq`` (replaying the log)."""
     from cache.models import Event
 
-    state: dict[str, object] = {}
-    for event in Event.objects.filter(seq__lte=seq).order_by("seq"):
-        if event.op == "region_clear":
+    state: dict[str, tuple[object, int]] = {}
+    for op, key, value, version in (
+        Event.objects.filter(seq__lte=seq)
+        .order_by("seq")
+        .values_list("op", "key", "value", "version")
+    ):
+        if op == "region_clear":
             state.clear()
-        elif event.op in ("destroy", "invalidate"):
-            state.pop(event.key, None)
-        else:
-            state[event.key] = event.value
+        elif op == "destroy":
+            state.pop(key, None)
+        else:  # create, update, invalidate (value null, the key kept)
+            state[key] = (value, version)
     return state
 
 
