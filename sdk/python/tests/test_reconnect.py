@@ -225,7 +225,7 @@ async def test_close_flushes_ack_sends_close_and_stops_reconnecting(
         await client.ready_for_events()
 
 
-def test_backoff_stays_at_the_cap_after_any_number_of_failed_attempts():
+async def test_backoff_stays_at_the_cap_after_any_number_of_failed_attempts():
     from durablecache_client._session import backoff_delay
 
     for attempt in (1, 2, 10, 1024, 1025, 10**6):
