@@ -82,86 +82,44 @@ def resynced_keys(recorder):
     return {e.key: e.op for e in recorder.events() if e.is_resync}
 
 
-async def test_an_overflowed_queue_is_recovered_by_key(live):
-    region = create_region(live, "overflow")
+CHANGED_WHILE_AWAY = {
+    "k0": "update",
+    "k1": "update",
+    "k2": "destroy",
+    "k3": "create",
+    "k4": "create",
+    "k5": "create",
+}
+
+
+async def away_and_back(live, name, back_when, **options):
+    """A durable client of a new region (k0..k2) goes away (its network
+    down), ``write_while_away`` runs, and it comes back once
+    ``back_when(durable_id)`` holds; a live write follows. Returns the
+    recorder, the reconnect welcomes and the marker after the return;
+    asserts the local cache equals the node's entries."""
+    region = create_region(live, name)
     for key in ("k0", "k1", "k2"):
         put(live, live.user, region, key, 0)
-    durable_id = fresh("overflow")
-    proxy = await ClosableProxy(live.nodes["node-1"]["port"]).start()
-    recorder, gaps, reconnected = Recorder(), [], []
-    client = AsyncDurableClient(
-        proxy.url,
-        durable_id=durable_id,
-        token=live.user,
-        max_queued=3,
-        on_gap=gaps.append,
-        on_reconnect=reconnected.append,
-        reconnect_max_delay=0.2,
-    )
-    try:
-        cache = await subscribed(client, region, recorder)
-        proxy.go_down()
-        await asyncio.to_thread(write_while_away, live, region)
-
-        def gap_recorded():
-            status, body = client_state(live, live.user, durable_id)
-            return status == 200 and body["gap"] is not None
-
-        await asyncio.to_thread(wait_for, gap_recorded, timeout=WAIT_S)
-        proxy.refusing = False
-        await until(lambda: reconnected)
-        assert reconnected[0].gap is not None
-        marker = await client.wait_for_marker(timeout=WAIT_S)
-        assert marker.resynced > 0
-        await asyncio.to_thread(put, live, live.user, region, "k4", 2)
-        await until(lambda: cache.get("k4") == 2)
-        expected = await asyncio.to_thread(server_entries, live, region)
-        assert cache.snapshot() == expected
-    finally:
-        await client.close(keepalive=False)
-        await proxy.close()
-
-    [gap] = gaps
-    assert (gap.reason, gap.dropped) == ("overflow", 3)
-    assert resynced_keys(recorder) == {
-        "k0": "update",
-        "k1": "update",
-        "k2": "destroy",
-        "k3": "create",
-        "k4": "create",
-        "k5": "create",
-    }
-    assert recorder.events()[-1].value == 2  # then live events, as before
-
-
-async def test_a_queue_lost_to_expiry_is_recovered_by_key(live):
-    region = create_region(live, "expired")
-    for key in ("k0", "k1", "k2"):
-        put(live, live.user, region, key, 0)
-    durable_id = fresh("expired")
+    durable_id = fresh(name)
     proxy = await ClosableProxy(live.nodes["node-1"]["port"]).start()
     recorder, reconnected = Recorder(), []
     client = AsyncDurableClient(
         proxy.url,
         durable_id=durable_id,
         token=live.user,
-        timeout=0,  # expires as soon as the expiry check sees it away
         on_reconnect=reconnected.append,
         reconnect_max_delay=0.2,
+        **options,
     )
     try:
         cache = await subscribed(client, region, recorder)
         proxy.go_down()
         await asyncio.to_thread(write_while_away, live, region)
-
-        def expired():
-            return client_state(live, live.user, durable_id)[0] == 404
-
-        await asyncio.to_thread(wait_for, expired, timeout=WAIT_S)
+        await asyncio.to_thread(wait_for, lambda: back_when(durable_id), timeout=WAIT_S)
         proxy.refusing = False
         await until(lambda: reconnected)
-        assert reconnected[0].pending_event_count == -1
-        await client.wait_for_marker(timeout=WAIT_S)
+        marker = await client.wait_for_marker(timeout=WAIT_S)
         await asyncio.to_thread(put, live, live.user, region, "k4", 2)
         await until(lambda: cache.get("k4") == 2)
         expected = await asyncio.to_thread(server_entries, live, region)
@@ -169,12 +127,32 @@ async def test_a_queue_lost_to_expiry_is_recovered_by_key(live):
     finally:
         await client.close(keepalive=False)
         await proxy.close()
+    return recorder, reconnected, marker
 
-    assert resynced_keys(recorder) == {
-        "k0": "update",
-        "k1": "update",
-        "k2": "destroy",
-        "k3": "create",
-        "k4": "create",
-        "k5": "create",
-    }
+
+async def test_an_overflowed_queue_is_recovered_by_key(live):
+    gaps = []
+
+    def gap_recorded(durable_id):
+        status, body = client_state(live, live.user, durable_id)
+        return status == 200 and body["gap"] is not None
+
+    recorder, reconnected, marker = await away_and_back(
+        live, "overflow", gap_recorded, max_queued=3, on_gap=gaps.append
+    )
+    assert reconnected[0].gap is not None
+    assert marker.resynced > 0
+    [gap] = gaps
+    assert (gap.reason, gap.dropped) == ("overflow", 3)
+    assert resynced_keys(recorder) == CHANGED_WHILE_AWAY
+    assert recorder.events()[-1].value == 2  # then live events, as before
+
+
+async def test_a_queue_lost_to_expiry_is_recovered_by_key(live):
+    def expired(durable_id):
+        return client_state(live, live.user, durable_id)[0] == 404
+
+    # timeout 0: expires as soon as the expiry check sees it away
+    recorder, reconnected, _ = await away_and_back(live, "expired", expired, timeout=0)
+    assert reconnected[0].pending_event_count == -1
+    assert resynced_keys(recorder) == CHANGED_WHILE_AWAY
