@@ -350,10 +350,10 @@ async def replay(ws_url: str, token: str, durable_id: str, count: int) -> float:
 
 
 async def _fanout_client(
-    ws_url: str, token: str, durable_id: str, region: str, key: str
+    ws_url: str, token: str, durable_id: str, region: str, key: str, redundancy: int = 0
 ) -> Ws:
     ws = await Ws(ws_url, token).connect()
-    await ws.hello(durable_id)
+    await ws.hello(durable_id, redundancy)
     await ws.register(region, keys=[key])
     await ws.ready()
     return ws

@@ -19,7 +19,7 @@ from typing import Any
 import websockets
 
 from bench import dc, mqtt
-from bench.common import Rest, percentile
+from bench.common import Rest, percentile, wait_until
 
 PROCESSES = 2
 # How long after the last write a missing frame is waited for before it
@@ -30,23 +30,31 @@ GRACE_S = 15
 
 
 def _dc_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> None:
-    async def run() -> list[float]:
+    """Subscriber ``i`` connects to ``ws_urls[i % len]`` (its primary) and
+    says ``hello`` with ``redundancy``; with ``samples`` the process also
+    returns ``(seq, sent, received)`` per frame (bench.budget)."""
+    urls = args["ws_urls"]
+
+    async def run() -> dict[str, list[Any]]:
         conns = await dc._connect_many(
             lambda i: dc._fanout_client(
-                args["ws_url"],
+                urls[i % len(urls)],
                 args["token"],
                 f"{args['tag']}-{i}",
                 args["region"],
                 args["key"],
+                args["redundancy"],
             ),
             args["count"],
             first=args["first"],
         )
         ready.put(len(conns))
         latencies: list[float] = []
+        samples: list[tuple[int, float, float, int]] = []
+        keep = args.get("samples", False)
         expected = args["expected"] * len(conns)
 
-        async def reader(ws: dc.Ws) -> None:
+        async def reader(ws: dc.Ws, node: int) -> None:
             since_ack = 0
             while True:
                 try:
@@ -57,13 +65,19 @@ def _dc_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> N
                 frame = json.loads(raw)
                 if frame["type"] != "event":
                     continue
-                latencies.append(now - frame["value"]["t"])
+                sent = frame["value"]["t"]
+                latencies.append(now - sent)
+                if keep:
+                    samples.append((frame["seq"], sent, now, node))
                 since_ack += 1
                 if since_ack >= 50:
                     await ws.send(type="ack", up_to=frame["seq"])
                     since_ack = 0
 
-        tasks = [asyncio.create_task(reader(ws)) for ws in conns]
+        tasks = [
+            asyncio.create_task(reader(ws, (args["first"] + j) % len(urls)))
+            for j, ws in enumerate(conns)
+        ]
         # ``stop`` is a multiprocessing.Event: it can only be polled here.
         while len(latencies) < expected and not stop.is_set():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
@@ -71,7 +85,7 @@ def _dc_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) -> N
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(ws.close(keepalive=False) for ws in conns))
-        return latencies
+        return {"latencies": latencies, "samples": samples}
 
     results.put(asyncio.run(run()))
 
@@ -112,12 +126,12 @@ def _mqtt_receiver(args: dict[str, Any], ready: Any, stop: Any, results: Any) ->
     loop.close()
     for client_id in ids:
         mqtt.drop_session(port, client_id)
-    results.put(list(latencies))
+    results.put({"latencies": list(latencies), "samples": []})
 
 
 def _run(
     target: Any, base: dict[str, Any], clients: int, puts: int, publish: Any
-) -> dict[str, float]:
+) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     ready, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
     per = -(-clients // PROCESSES)
@@ -132,14 +146,14 @@ def _run(
         for _ in procs:
             ready.get(timeout=120)
         publish()
-        latencies: list[float] = []
+        got: list[dict[str, list[Any]]] = []
         deadline = time.monotonic() + GRACE_S
         for _ in procs:
             try:
-                latencies += results.get(timeout=max(0.1, deadline - time.monotonic()))
+                got.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
             except queue.Empty:
                 stop.set()
-                latencies += results.get(timeout=60)
+                got.append(results.get(timeout=60))
     finally:
         stop.set()
         for proc in procs:
@@ -147,7 +161,10 @@ def _run(
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+    latencies = [x for one in got for x in one["latencies"]]
+    samples = [x for one in got for x in one["samples"]]
     return {
+        **({"samples": samples} if samples else {}),
         "p50_ms": percentile(latencies, 0.5) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
         "max_ms": max(latencies) * 1000,
@@ -162,8 +179,8 @@ WS_WRITERS = 16
 
 
 def run_dc(
-    ws_url: str,
-    rest: Rest,
+    ws_urls: list[str],
+    rests: list[Rest],
     token: str,
     region: str,
     tag: str,
@@ -171,11 +188,16 @@ def run_dc(
     rate: int,
     seconds: float,
     writer: str = "rest",
-) -> dict[str, float]:
+    redundancy: int = 0,
+    samples: bool = False,
+) -> dict[str, Any]:
     """``writer``: ``rest`` (a PUT each, 8 HTTP connections) or ``ws``
     (a ``put`` frame each, on ``WS_WRITERS`` sockets, each waiting for its
     ``written`` before its next put, as a QoS 1 publisher waits for PUBACK
-    only per message in flight)."""
+    only per message in flight). Subscribers and writes are spread over
+    the nodes (``ws_urls`` and ``rests``, in the same order), as behind a
+    load balancer; each subscriber's primary is the node it connects to
+    and, with ``redundancy`` 1, its queue has a copy on another node."""
     key = f"{tag}-hot"
     puts = int(rate * seconds)
 
@@ -188,10 +210,17 @@ def run_dc(
                     time.sleep(delay)
                 # "Issued" is the scheduled send time, so a server that falls
                 # behind shows up as latency instead of a slower writer.
+                rest = rests[i % len(rests)]
                 pool.submit(dc.put_one, rest, region, key, {"t": time.time()})
 
     async def publish_ws_async() -> None:
-        socks = await dc._ws_writers(ws_url, token, WS_WRITERS)
+        socks = [
+            sock
+            for i, url in enumerate(ws_urls)
+            for sock in await dc._ws_writers(
+                url, token, WS_WRITERS // len(ws_urls) + (i < WS_WRITERS % len(ws_urls))
+            )
+        ]
         free: asyncio.Queue[dc.Ws] = asyncio.Queue()
         for sock in socks:
             free.put_nowait(sock)
@@ -227,14 +256,33 @@ def run_dc(
         asyncio.run(publish_ws_async())
 
     base = {
-        "ws_url": ws_url,
+        "ws_urls": ws_urls,
         "token": token,
         "tag": tag,
         "region": region,
         "key": key,
+        "redundancy": redundancy,
+        "samples": samples,
     }
     publish = {"rest": publish_rest, "ws": publish_ws}[writer]
-    return _run(_dc_receiver, base, clients, puts, publish)
+
+    def placed_then_publish() -> None:
+        if redundancy:
+            placed(rests[0], [f"{tag}-{i}" for i in range(clients)], redundancy)
+        publish()
+
+    return _run(_dc_receiver, base, clients, puts, placed_then_publish)
+
+
+def placed(rest: Rest, durable_ids: list[str], redundancy: int) -> None:
+    """Wait until every client's queue has its copies, synced."""
+    for durable_id in durable_ids:
+
+        def done(d: str = durable_id) -> bool:
+            view = rest.ok("GET", f"/api/v1/clients/{d}/")
+            return len(view["secondaries"]) == redundancy and not view["syncing"]
+
+        wait_until(done, timeout=60)
 
 
 def run_mqtt(

@@ -8,7 +8,10 @@ event seq it produced. See ARCHITECTURE.md, "Life of a write".
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import transaction
+
+from common import trace
 
 _listeners: list[Callable[[int], None]] = []
 
@@ -23,6 +26,7 @@ def events_written(last_seq: int) -> None:
     """Schedule the listeners to run once the current transaction commits."""
 
     def fire() -> None:
+        trace.mark("committed", settings.DURABLECACHE_NODE_NAME, 0, last_seq)
         for callback in list(_listeners):
             callback(last_seq)
 

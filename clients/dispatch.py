@@ -19,6 +19,8 @@ import redis
 from celery import current_app
 from django.conf import settings
 
+from common import trace
+
 log = logging.getLogger(__name__)
 
 # The task names, registered by ``clients.tasks``: they are the wire
@@ -112,6 +114,8 @@ def _ring(nodes: list[str]) -> None:
         for node in nodes:
             pipe.lpush(ring_key(node), "1")
             pipe.ltrim(ring_key(node), 0, 0)
+        for node in nodes:  # before: the pop may come before execute returns
+            trace.mark("rung", node)
         pipe.execute()
     except redis.RedisError as exc:
         _broken_until = time.monotonic() + BREAKER_S

@@ -22,6 +22,7 @@ from clients import dispatch, selectors
 from clients.cq_matching import RegionCqs
 from clients.matching import key_matches
 from clients.models import ContinuousQuery, DurableClient, EndedCq, InterestKind
+from common import trace
 from queues import notify
 from queues import selectors as queue_selectors
 from queues import services as queue_services
@@ -166,6 +167,7 @@ def fanout_node(node: str | None = None) -> int:
             )
             if not events:
                 break
+            trace.mark("claimed", node, events[0].seq, events[-1].seq)
             hosted = set(queue_selectors.queue_client_ids())
             matched = match_events(events, hosted, node)
             appends, held_here, modes, cqs = matched[:4]
@@ -186,6 +188,7 @@ def fanout_node(node: str | None = None) -> int:
                 gaps_record(overflows, node)
             queue_services.cursor_move(node, events[-1].seq)
         total += len(events)
+        trace.mark("appended", node, events[0].seq, events[-1].seq)
         counters.counter.add(
             node, sum(len(per) for per in cqs.values()), counters.CQ_EVENTS
         )
@@ -198,6 +201,7 @@ def fanout_node(node: str | None = None) -> int:
         # whose socket is on its primary, or one of an offline client, has
         # none to wake (a socket that connects meanwhile reads its queue
         # after ``ready``, and the hub's sweep heals the rest).
+        trace.mark("rang_sockets", node, events[0].seq, events[-1].seq)
         notify.ring_many(
             {pk: seq for pk, seq in heads.items() if pk in held_here}, node
         )

@@ -17,7 +17,7 @@ from celery import shared_task
 from django.conf import settings
 
 from clients import dispatch, fanout, maintenance, replication, services
-from common import threads
+from common import threads, trace
 from queues import services as queue_services
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,7 @@ class FanoutListener:
                 self.stopping.wait(LISTEN_S)
                 continue
             if popped is not None:
+                trace.mark("popped", self.node)
                 self.fan_out()
 
     def stop(self, timeout: float = LISTEN_S + 6) -> None:

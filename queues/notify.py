@@ -1,4 +1,5 @@
-"""The doorbell: the only module that touches the channel layer.
+"""The doorbell: the only module that touches the channel layer, and the
+Redis pub/sub channel of the fan-out's wake-ups.
 
 Messages here only say "look at your rows"; losing one delays delivery
 until the consumer's next poll (DURABLECACHE_POLL_S), it never loses data.
@@ -11,9 +12,11 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -108,6 +111,54 @@ def wake_group(node: str) -> str:
 WAKE_CHUNK = 1000
 
 
+def wake_channel(node: str) -> str:
+    """The Redis pub/sub channel of ``node``'s wake-ups (its hubs subscribe)."""
+    return f"durablecache:wake:{node}"
+
+
+# The fan-out's wake-ups go by Redis PUBLISH from the calling thread: one
+# command, where a channel-layer group send is a hop to the layer's loop
+# and several commands (its group's members, then a script per member).
+# Closes and the dashboard's updates stay on the channel layer.
+_wake_redis: dict[str, Any] = {"pid": 0, "client": None}
+# After a failed publish, skip publishing for a while (the channel layer
+# carries the wake-ups meanwhile, and the hub's sweep heals a lost one).
+_WAKE_BREAKER_S = 2.0
+_wake_broken_until = [0.0]
+
+
+def _wake_client() -> Any:
+    from django.conf import settings
+
+    url = settings.DURABLECACHE_REDIS_URL
+    if not url:
+        return None
+    if _wake_redis["pid"] != os.getpid():
+        _wake_redis["client"] = redis.Redis.from_url(
+            url, socket_timeout=1, socket_connect_timeout=1
+        )
+        _wake_redis["pid"] = os.getpid()
+    return _wake_redis["client"]
+
+
+def _publish_wakes(node: str, ids: list[str]) -> bool:
+    """Publish the wake-ups; False when there is no Redis to publish to
+    or it failed (the caller sends them through the channel layer)."""
+    client = _wake_client()
+    if client is None or time.monotonic() < _wake_broken_until[0]:
+        return False
+    try:
+        pipe = client.pipeline(transaction=False)
+        for start in range(0, len(ids), WAKE_CHUNK):
+            pipe.publish(wake_channel(node), " ".join(ids[start : start + WAKE_CHUNK]))
+        pipe.execute()
+    except redis.RedisError as exc:
+        _wake_broken_until[0] = time.monotonic() + _WAKE_BREAKER_S
+        log.warning("could not publish the wake-ups of %s: %s", node, exc)
+        return False
+    return True
+
+
 def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
     """Wake the sockets of these clients on ``node``: one message per
     ``WAKE_CHUNK`` clients, whatever the number of sockets."""
@@ -115,8 +166,11 @@ def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
         return
     from django.conf import settings
 
-    group = wake_group(node or settings.DURABLECACHE_NODE_NAME)
+    node = node or settings.DURABLECACHE_NODE_NAME
     ids = [client_id.hex for client_id in heads]
+    if _publish_wakes(node, ids):
+        return
+    group = wake_group(node)
 
     async def send_all() -> None:
         for start in range(0, len(ids), WAKE_CHUNK):

@@ -26,8 +26,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async as db
+from django.conf import settings
 
 from clients import services
+from common import trace
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 
@@ -250,6 +252,8 @@ class ReadBatcher:
                 except Exception as exc:
                     results = [(False, exc)] * len(round_)
                     acked = released = (False, exc)
+                if trace.enabled:
+                    _trace_round(results)
                 for (_, read), (ok, value) in zip(round_, results, strict=True):
                     _settle(read, ok, value)
                 ok, value = acked
@@ -267,6 +271,12 @@ class ReadBatcher:
             raise
         finally:
             self.running = False
+
+
+def _trace_round(results: list[tuple[bool, Any]]) -> None:
+    seqs = [row["seq"] for ok, rows in results if ok for row in rows]
+    if seqs:
+        trace.mark("read", settings.DURABLECACHE_NODE_NAME, min(seqs), max(seqs))
 
 
 def _futures(

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from cache import counters
 from clients import selectors, services
+from common import trace
 from sockets import delivery_rounds, protocol, registrations, wakeups, wire
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ class Stream:
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]
         counters.counter.add(self.socket.node, len(rows))
+        trace.mark("written", self.socket.node, rows[0]["seq"], rows[-1]["seq"])
 
     async def _next_batch(self, limit: int, through: int | None = None) -> list[Any]:
         """Rows after what was sent; those that may conflate are marked

@@ -46,11 +46,13 @@ from collections import defaultdict
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
 from clients import selectors, services
+from common import trace
 from queues import notify
 
 log = logging.getLogger(__name__)
@@ -287,6 +289,8 @@ class WakeHub:
             loop.create_task(self._refresh_loop()),
             loop.create_task(self._sweep_loop()),
         ]
+        if settings.DURABLECACHE_REDIS_URL:
+            self.tasks.append(loop.create_task(self._wake_loop()))
 
     async def _join(self) -> None:
         layer = get_channel_layer()
@@ -328,6 +332,43 @@ class WakeHub:
                 self.close(int(message["code"]), message.get("clients"))
             elif kind == "sockets.cq_closed":
                 self.cq_closed(str(message["name"]), message.get("clients", []))
+
+    async def _wake_loop(self) -> None:
+        """The fan-out's wake-ups, from this node's Redis pub/sub channel
+        (``notify.wake_channel``): each message is the hex ids of the
+        clients whose queue grew. After each (re)subscribe every socket is
+        woken: wake-ups published while this process was not subscribed
+        reached nobody."""
+        failures = 0
+        while True:
+            client = aioredis.Redis.from_url(
+                settings.DURABLECACHE_REDIS_URL,
+                socket_connect_timeout=5,
+                health_check_interval=30,
+            )
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(
+                    notify.wake_channel(settings.DURABLECACHE_NODE_NAME)
+                )
+                if failures:
+                    log.warning("wake-up channel back after %d tries", failures)
+                failures = 0
+                self.wake_all()
+                async for message in pubsub.listen():
+                    trace.mark("woken", settings.DURABLECACHE_NODE_NAME)
+                    self.wake(message["data"].decode().split())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("wake-up channel unreachable (%s); sockets poll", exc)
+                await asyncio.sleep(min(5.0, 0.2 * failures))
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                    await client.aclose()
 
     async def _refresh_loop(self) -> None:
         while True:
