@@ -165,9 +165,7 @@ def report(result: dict[str, Any]) -> None:
                 f"[{s['min']:.2f}-{s['max']:.2f}] (target <= 3)")  # fmt: skip
     for side, got in rounds[-1].items():
         if "cpu_ms_per_event" in got:
-            out(
-                f"\nCPU per event (ms), {side} writes (last round), by node, process:"
-            )
+            out(f"\nCPU per event (ms), {side} writes (last round), by node, process:")
             for where, ms in got["cpu_ms_per_event"].items():
                 out(f"    {where:<40} {ms:8.3f}")
         if "budget" not in got:
