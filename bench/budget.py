@@ -98,17 +98,18 @@ def budget(
                 continue
             sent = got[0][0]
             previous = sent
-            complete = True
+            event: list[tuple[str, float]] = []
             for stage, knows_seq, _ in STAGES:
                 found = marks.get((stage, "*" if stage in GLOBAL else node), [])
                 t = _covering(found, seq) if knows_seq else _after(found, previous)
                 if t is None:
-                    complete = False
                     break
-                costs[stage].append(t - previous)
+                event.append((stage, t - previous))
                 previous = t
-            if not complete:
-                continue
+            if len(event) < len(STAGES):
+                continue  # a stage unmarked (the trace began after it)
+            for stage, cost in event:
+                costs[stage].append(cost)
             received = sorted(r for _, r in got)
             costs["first frame received"].append(received[0] - previous)
             costs["last frame received"].append(received[-1] - previous)
