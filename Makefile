@@ -111,6 +111,29 @@ bench-split: install
 	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
 	timeout -s INT -k 30 600 $(PY) -m bench.split
 
+# The live fan-out alone (2 nodes, redundancy 1, 100 subscribers x 100
+# writes/s, against Mosquitto; 3 rounds), then its latency budget (a traced
+# round): bench/live.json and bench/budget.json, or with STACK=postgres on
+# this machine's PostgreSQL and Redis (PG_URL, REDIS_URL below)
+# bench/live-postgres.json and bench/budget-postgres.json (~4 min).
+# `make bench-subscribers [STACK=postgres]`: the enqueue into 1 and 10
+# offline queues and Mosquitto sessions, and the cost of each extra
+# subscriber (~2 min). See docs/performance.md.
+STACK ?= embedded
+STACK_ENV = $(if $(filter postgres,$(STACK)),DURABLECACHE_DATABASE_URL=$(PG_URL) DURABLECACHE_REDIS_URL=$(REDIS_URL),)
+STACK_SUFFIX = $(if $(filter postgres,$(STACK)),-postgres,)
+.PHONY: bench-live bench-subscribers
+bench-live: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	$(STACK_ENV) timeout -s INT -k 30 400 $(PY) -m bench.live --rounds 3 \
+	  --output bench/live$(STACK_SUFFIX).json
+	$(STACK_ENV) timeout -s INT -k 30 200 $(PY) -m bench.live --budget --no-mosquitto \
+	  --output bench/budget$(STACK_SUFFIX).json
+bench-subscribers: install
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	$(STACK_ENV) timeout -s INT -k 30 300 $(PY) -m bench.subscribers \
+	  --output bench/subscribers$(STACK_SUFFIX).json
+
 # Benchmarks side by side with Mosquitto: bounded, 127.0.0.1 only; prints a
 # table and writes bench/results.json, then one round with the server tuning
 # off (bench/results-stock.json). See docs/performance.md.

@@ -6,10 +6,13 @@ carried by every socket (docs/decisions/0012-one-wake-hub-per-process.md).
 The process's ``WakeHub`` is the one member of the group ``wake.<node>``
 for this process and carries these to its sockets, in memory:
 
-- **doorbells**: the fan-out sends one message per batch naming every
-  client whose queue grew (``queues.notify.ring_many``); the hub sets those
-  sockets' wake flags. Per batch, one Redis send and one receive per
-  process, whatever the number of sockets.
+- **doorbells**: the fan-out publishes one message per batch naming every
+  client whose queue grew (``queues.notify.ring_many``) on the node's Redis
+  pub/sub channel, which the hub subscribes to (``_wake_loop``; without
+  Redis they come through the group); the hub sets those sockets' wake
+  flags. Per batch, one Redis command and one message per process,
+  whatever the number of sockets
+  (docs/decisions/0027-wake-ups-by-redis-publish.md).
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
 - **the sweep**: every ``DURABLECACHE_POLL_S`` one query per database reads
