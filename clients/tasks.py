@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.db import OperationalError
 
 from clients import dispatch, fanout, maintenance, replication, services
 from common import threads, trace
@@ -84,6 +85,12 @@ def tick_task(node: str, judge: bool = True) -> None:
 LISTEN_S = 1  # each BLPOP waits this long (whole seconds) before the next
 
 
+# A pass that meets a SQLite store still locked after its busy timeout (a
+# long writer of another process) is tried again at once, this many times
+# in all: contention, not a failure.
+LOCKED_TRIES = 3
+
+
 class FanoutListener:
     """The worker's side of the fan-out doorbell: one daemon thread that
     pops this node's ring (``dispatch.ring_key``) and fans out, whatever
@@ -134,10 +141,26 @@ class FanoutListener:
         # The connections are checked as around a task (durablecache.celery)
         # but health-checked only after an idle second: a pass then starts
         # with its own statements, not a SELECT 1 on each database.
-        try:
-            self.connections.call(fanout.fanout_node, self.node)
-        except Exception:  # the tick fans out too: delayed, not lost
-            log.exception("fan-out of %s failed", self.node)
+        for attempt in range(1, LOCKED_TRIES + 1):
+            try:
+                self.connections.call(fanout.fanout_node, self.node)
+                return
+            except OperationalError as exc:
+                if "locked" not in str(exc):  # SQLite's busy timeout passed
+                    log.exception("fan-out of %s failed", self.node)
+                    return
+                if attempt == LOCKED_TRIES:
+                    log.warning(
+                        "fan-out of %s found the store locked %d times; the "
+                        "next ring or tick fans out",
+                        self.node,
+                        attempt,
+                    )
+                    return
+                self.stopping.wait(0.05 * attempt)
+            except Exception:  # the tick fans out too: delayed, not lost
+                log.exception("fan-out of %s failed", self.node)
+                return
 
 
 def listen_for_fanout(node: str) -> FanoutListener:

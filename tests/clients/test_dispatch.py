@@ -192,3 +192,44 @@ def test_a_failed_send_skips_the_sends_after_it_for_a_while(monkeypatch):
 
 def test_every_name_sent_is_a_task_the_worker_knows():
     assert set(dispatch.TASK_NAMES) <= set(current_app.tasks)
+
+
+def test_a_locked_store_is_tried_again_and_logged_without_a_traceback(
+    monkeypatch, caplog
+):
+    """SQLite's "database is locked" after its busy timeout is contention:
+    the pass is tried again at once, and the last try is a warning line."""
+    from django.db import OperationalError
+
+    tries = []
+
+    def fanout_node(node):
+        tries.append(node)
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(tasks.fanout, "fanout_node", fanout_node)
+    listener = tasks.FanoutListener("node-1")
+    with caplog.at_level("WARNING", logger="clients.tasks"):
+        listener.fan_out()
+    assert len(tries) == tasks.LOCKED_TRIES
+    (record,) = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.exc_info is None
+    assert "locked 3 times" in record.getMessage()
+
+
+def test_a_store_locked_once_is_fanned_out_on_the_next_try(monkeypatch, caplog):
+    from django.db import OperationalError
+
+    tries = []
+
+    def fanout_node(node):
+        tries.append(node)
+        if len(tries) == 1:
+            raise OperationalError("database is locked")
+
+    monkeypatch.setattr(tasks.fanout, "fanout_node", fanout_node)
+    with caplog.at_level("WARNING", logger="clients.tasks"):
+        tasks.FanoutListener("node-1").fan_out()
+    assert len(tries) == 2
+    assert not caplog.records
