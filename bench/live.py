@@ -85,8 +85,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     got["database_per_event"] = _per_event(
                         before, _db_stats(cluster), args.rate * int(args.seconds)
                     )
+                    # Emptied, not removed: the nodes keep them open (for
+                    # append, so their next lines start the file again).
                     for path in trace_dir.glob("*.trace"):
-                        path.unlink()
+                        path.write_text("")
                 one[writer] = got
                 out(f"round {r} durablecache ({writer}): {_brief(got)}")
             if mosquitto is not None:

@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 GROUP_REFRESH_S = 30.0
 # How often the hub releases clients held by sockets it no longer has.
 RECONCILE_S = 10.0
+# The longest one read of the wake-up channel waits (see _raise_if_cancelled).
+WAKE_READ_S = 1.0
 
 
 class WakeFlag:
@@ -344,6 +346,7 @@ class WakeHub:
         reached nobody."""
         failures = 0
         while True:
+            _raise_if_cancelled()
             client = aioredis.Redis.from_url(
                 settings.DURABLECACHE_REDIS_URL,
                 socket_connect_timeout=5,
@@ -358,9 +361,12 @@ class WakeHub:
                     log.warning("wake-up channel back after %d tries", failures)
                 failures = 0
                 self.wake_all()
-                async for message in pubsub.listen():
-                    trace.mark("woken", settings.DURABLECACHE_NODE_NAME)
-                    self.wake(message["data"].decode().split())
+                while True:
+                    message = await pubsub.get_message(timeout=WAKE_READ_S)
+                    _raise_if_cancelled()
+                    if message is not None:
+                        trace.mark("woken", settings.DURABLECACHE_NODE_NAME)
+                        self.wake(message["data"].decode().split())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -401,6 +407,17 @@ class WakeHub:
 
     def __repr__(self) -> str:
         return f"<WakeHub {len(self.open)} sockets, {len(self.sockets)} delivering>"
+
+
+def _raise_if_cancelled() -> None:
+    """redis-py's pub/sub read can swallow a cancellation that lands while
+    it reads (seen with redis 8.2 at an event loop's shutdown: the task
+    stayed "cancelling" in a read that never ended, and the loop's close
+    waited for it forever). Reads are bounded by ``WAKE_READ_S``; after
+    each, a cancellation asked for and not yet delivered is delivered."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 hub = WakeHub()

@@ -1,6 +1,7 @@
 """The fan-out's wake-ups over Redis pub/sub (``notify.wake_channel``)."""
 
 import asyncio
+import threading
 import uuid
 
 import pytest
@@ -105,3 +106,22 @@ def test_a_failed_publish_falls_back_to_the_channel_layer(settings, monkeypatch)
     assert notify._wake_broken_until[0] > 0  # and the next ones skip Redis
     notify.ring_many({uuid.uuid4(): 1}, "node-1")
     assert len(sent) == 2
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.0005, 0.001, 0.002, 0.005])
+def test_the_wake_loop_ends_when_its_event_loop_closes(wake_redis, delay):
+    """A cancellation that lands while the hub connects or reads ends the
+    task: an event loop's close (a Daphne's shutdown) waits for it."""
+    closed = threading.Event()
+
+    def run():
+        async def main():
+            WakeHub()._start(asyncio.get_running_loop())
+            await asyncio.sleep(delay)
+
+        for _ in range(5):
+            asyncio.run(main())  # cancels the hub's tasks and waits for them
+        closed.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert closed.wait(30), "the event loop's close waited on the wake loop"
