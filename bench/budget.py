@@ -6,7 +6,8 @@ per frame. For each event and each node delivering it, a stage's time is
 the first mark of that node covering the event's seq (stages that know no
 seq -- the doorbell's ring and pop, the hub's wake -- the first such mark
 at or after the stage before), and a stage's cost is its time minus the
-previous stage's. docs/performance.md, "Latency budget".
+previous stage's. docs/performance.md, "Live fan-out, many subscribers
+and the latency budget".
 """
 
 import statistics

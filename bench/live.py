@@ -10,7 +10,8 @@ run prints each stage's p50 / p99 per node (``bench.budget``) and the
 statements per event by database and thread (a separate run: the trace
 costs a line write per mark). The ``DURABLECACHE_*`` URLs of the
 environment select PostgreSQL and Redis, as for ``bench.run``.
-docs/performance.md, "Latency budget".
+docs/performance.md, "Live fan-out, many subscribers and the latency
+budget".
 """
 
 import argparse
