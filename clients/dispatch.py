@@ -9,7 +9,6 @@ heals from the rows (docs/operations.md).
 """
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -19,7 +18,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 
-from common import trace
+from common import redis_clients, trace
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ def _send(name: str, node: str, *args: Any, expires: float | None = None) -> boo
 # worker more CPU than the write itself
 # (docs/decisions/0013-fanout-doorbell-on-redis.md). A lost item (Redis
 # restarted) is healed by the tick, which fans out first.
-_redis: dict[str, Any] = {"pid": 0, "client": None}
+_redis = redis_clients.new_slot()
 
 
 def _redis_client() -> Any:
@@ -86,12 +85,7 @@ def _redis_client() -> Any:
     url = str(settings.CELERY_BROKER_URL or "")
     if not url.startswith(("redis://", "rediss://", "unix://")):
         return None
-    if _redis["pid"] != os.getpid():
-        _redis["client"] = redis.Redis.from_url(
-            url, socket_timeout=1, socket_connect_timeout=1
-        )
-        _redis["pid"] = os.getpid()
-    return _redis["client"]
+    return redis_clients.client(_redis, url)
 
 
 def ring_key(node: str) -> str:

