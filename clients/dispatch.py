@@ -139,15 +139,16 @@ class FanoutDoorbell:
         self.thread: threading.Thread | None = None
         self.pause = time.sleep  # the wait between two rings
 
-    def ring(self, node: str) -> None:
+    def ring(self, *nodes: str) -> None:
         with self.lock:
-            self.pending.add(node)
+            self.pending.update(nodes)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self._run, name="fanout-doorbell", daemon=True
                 )
                 self.thread.start()
-        self.wake.set()
+        if not self.wake.is_set():  # setting it takes its condition's lock
+            self.wake.set()
 
     def _run(self) -> None:
         rang = float("-inf")
@@ -165,8 +166,9 @@ class FanoutDoorbell:
 doorbell = FanoutDoorbell()
 
 
-def fanout_on(node: str) -> None:
-    doorbell.ring(node)
+def fanout_on(*nodes: str) -> None:
+    """Ask ``nodes`` to fan out (marked at once: one wake of the doorbell)."""
+    doorbell.ring(*nodes)
 
 
 def adopt_on(node: str, client_id: uuid.UUID, source: str) -> None:

@@ -270,8 +270,7 @@ def _nodes_to_ring() -> list[str]:
 
 def ring_fanout(last_seq: int) -> None:
     """After a write commits: ask every live node to fan the new events out."""
-    for node in _nodes_to_ring():
-        dispatch.fanout_on(node)
+    dispatch.fanout_on(*_nodes_to_ring())
 
 
 def cqs_end_with_region(*, region: str, seq: int) -> int:

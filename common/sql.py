@@ -5,6 +5,8 @@ The hot paths run statements instead of querysets
 the one way both the cache's and the node store's statements need.
 """
 
+import functools
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from typing import Any, TypeVar
@@ -35,6 +37,27 @@ def rows_by_pk(
         for pk, *values in queryset.filter(pk__in=chunk).values_list("pk", *fields):
             found[pk] = tuple(values)
     return found
+
+
+def uuid_param(value: uuid.UUID, connection: Any) -> Any:
+    """A UUID as the driver takes it for a ``UUIDField`` column: the UUID
+    itself where the database has a uuid type (PostgreSQL), its 32 hex
+    digits elsewhere (SQLite). What ``UUIDField.get_db_prep_value`` gives
+    for a UUID, without its per-call conversions: the fan-out and the
+    delivery rounds name every hosted queue in every statement."""
+    return value if connection.features.has_native_uuid_field else value.hex
+
+
+def uuid_read(value: Any) -> uuid.UUID:
+    """A ``UUIDField`` column as read: PostgreSQL gives a UUID, SQLite its
+    hex digits, parsed once per process (``_parsed_uuid``): the same
+    clients' ids come back in every pass."""
+    return value if isinstance(value, uuid.UUID) else _parsed_uuid(value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(text)
 
 
 def table(model: Any, connection: Any) -> str:

@@ -190,8 +190,7 @@ def _read_chunk(
     shared: dict[tuple[Any, ...], dict[str, Any]],
 ) -> list[tuple[list[dict[str, Any]], bool]]:
     connection = connections[NODE_STORE]
-    queue_field = QueueEntry._meta.get_field("queue")
-    queue_ids = [queue_field.get_db_prep_value(r[0], connection) for r in reads]
+    queue_ids = [sql.uuid_param(r[0], connection) for r in reads]
     if connection.vendor == "postgresql":
         statement = _lateral_sql()
         params: list[Any] = [
@@ -288,8 +287,7 @@ def queue_client_ids() -> list[uuid.UUID]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT client_id FROM {sql.table(QueueState, connection)}")  # noqa: S608
         rows = cursor.fetchall()
-    to_uuid = QueueState._meta.pk.to_python
-    return [to_uuid(pk) for (pk,) in rows]
+    return [sql.uuid_read(pk) for (pk,) in rows]
 
 
 def queue_created_at() -> dict[uuid.UUID, Any]:

@@ -22,6 +22,7 @@ from clients import dispatch, fanout
 from clients.cq_forgets import cqs_forget_pending
 from clients.models import DurableClient
 from clients.placement import Membership, copy_source, set_secondaries
+from common import sql
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueState
@@ -131,20 +132,35 @@ def copies_resume(node: str) -> int:
     4. A complete secondary whose rows this store lost is unlisted (the
        repair then places a fresh copy).
     """
-    members = Membership.read()
-    states = {s.client_id: s for s in queue_selectors.queue_states()}
-    touched = 0
+    # Plain rows first: the tick runs this every second, and in the steady
+    # state no copy is syncing, so no model instance is needed.
     mine = DurableClient.objects.filter(durable_id__isnull=False).exclude(primary=node)
-    stale = timezone.now() - timedelta(seconds=settings.DURABLECACHE_COPY_RETRY_S)
-    for client in mine.only("id", "primary", "secondaries", "syncing"):
-        if node not in client.secondaries:
-            continue
-        state = states.get(client.id)
-        if node in client.syncing:
-            touched += _resume_syncing(client, state, members, node, stale)
-        elif state is None:
-            _unlist(client.id, node)
+    listed = [
+        (pk, node in syncing)
+        for pk, secondaries, syncing in mine.values_list("id", "secondaries", "syncing")
+        if node in secondaries
+    ]
+    if not listed:
+        return 0
+    hosted = set(queue_selectors.queue_client_ids())
+    touched = 0
+    for pk, syncing in listed:
+        if not syncing and pk not in hosted:
+            _unlist(pk, node)
             touched += 1
+    syncing_ids = [pk for pk, syncing in listed if syncing]
+    if not syncing_ids:
+        return touched
+    members = Membership.read()
+    stale = timezone.now() - timedelta(seconds=settings.DURABLECACHE_COPY_RETRY_S)
+    for chunk in sql.chunks(syncing_ids):
+        states = {s.client_id: s for s in QueueState.objects.filter(pk__in=chunk)}
+        for client in mine.filter(pk__in=chunk).only(
+            "id", "primary", "secondaries", "syncing"
+        ):
+            if node in client.secondaries and node in client.syncing:
+                state = states.get(client.id)
+                touched += _resume_syncing(client, state, members, node, stale)
     return touched
 
 

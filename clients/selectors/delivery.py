@@ -64,13 +64,12 @@ def interest_rows(
     (the caller keeps its own clients')."""
     if not regions or not client_ids:
         return []
-    client_field = Interest._meta.get_field("client")
     quote = connection.ops.quote_name
     columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
     where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
     params: list[Any] = [node, *sorted(regions)]
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
-        params += [client_field.get_db_prep_value(pk, connection) for pk in client_ids]
+        params += [sql.uuid_param(pk, connection) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
     # The regions' continuous queries come in the same statement, as rows
     # of kind CQ_KIND whose selector is the CQ's name (no statement more
@@ -101,7 +100,7 @@ def interest_rows(
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(members), params * 4)
         rows = cursor.fetchall()
-    to_uuid = client_field.target_field.to_python
+    to_uuid = sql.uuid_read
     # An interest wants nothing at or below its client's ``queue_floor``
     # (what the last resync covered).
     return [

@@ -19,14 +19,12 @@ def table(model: Any) -> str:
 
 
 def state_pk(client_id: uuid.UUID, connection: Any) -> Any:
-    pk = QueueState._meta.pk
-    assert pk is not None  # noqa: S101
-    return pk.get_db_prep_value(client_id, connection)
+    """A queue head's primary key (its client's id) as the driver takes it."""
+    return sql.uuid_param(client_id, connection)
 
 
-def as_uuid(value: Any) -> uuid.UUID:
-    """A UUID column as read: SQLite gives its 32 hex digits."""
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+# A UUID column as read: SQLite gives its 32 hex digits.
+as_uuid = sql.uuid_read
 
 
 def commit_unflushed(connection: Any) -> None:
