@@ -26,7 +26,7 @@ STAGES = [
     ("appended", True, "matched, queue rows appended, committed"),
     ("rang_sockets", True, "wake-up sent to the node's Daphne"),
     ("woken", False, "Daphne's hub receives the wake-up"),
-    ("read", True, "the read round returns the rows"),
+    ("read", True, "the rows in hand: pushed with the wake-up, or read"),
     ("written", True, "the first socket's frame written"),
 ]
 GLOBAL = {"committed"}

@@ -172,6 +172,7 @@ def fanout_node(node: str | None = None) -> int:
             matched = match_events(events, hosted, node)
             appends, held_here, modes, cqs = matched[:4]
             overflows: list[queue_services.Overflow] = []
+            plain: dict[uuid.UUID, tuple[int, list[int]]] = {}
             heads = queue_services.queue_append_many(
                 appends,
                 modes=modes,
@@ -180,6 +181,7 @@ def fanout_node(node: str | None = None) -> int:
                 limits=matched.limits,
                 gapped=matched.gapped,
                 overflows=overflows,
+                plain=plain,
             )
             if overflows:
                 # Recorded in the cluster before this store commits: a
@@ -202,14 +204,43 @@ def fanout_node(node: str | None = None) -> int:
         # none to wake (a socket that connects meanwhile reads its queue
         # after ``ready``, and the hub's sweep heals the rest).
         trace.mark("rang_sockets", node, events[0].seq, events[-1].seq)
-        notify.ring_many(
-            {pk: seq for pk, seq in heads.items() if pk in held_here}, node
-        )
+        _ring_sockets(events, heads, held_here, plain, node)
         if len(events) < settings.DURABLECACHE_FANOUT_BATCH:
             # Read through the head: an event committed since then rang its
             # own doorbell after its commit, so no second (empty) pass.
             break
     return total
+
+
+def _ring_sockets(
+    events: list[Any],
+    heads: dict[uuid.UUID, int],
+    held_here: set[uuid.UUID],
+    plain: dict[uuid.UUID, tuple[int, list[int]]],
+    node: str,
+) -> None:
+    """Wake the sockets held here of the queues that grew; push the
+    events of those whose appended rows were plain, so that a socket
+    caught up sends them without a read (``notify.ring_many``)."""
+    woken = {pk: seq for pk, seq in heads.items() if pk in held_here}
+    pushes = {pk: plain[pk] for pk in woken if pk in plain}
+    fields: dict[int, list[Any]] = {}
+    if pushes:
+        wanted = {seq for _, seqs in pushes.values() for seq in seqs}
+        fields = {
+            e.seq: queue_selectors.push_fields(e) for e in events if e.seq in wanted
+        }
+        size = sum(len(f[4]) for f in fields.values())
+        if len(fields) > PUSH_MAX_EVENTS or size > PUSH_MAX_BYTES:
+            # A backlog's pass, or large values: the sockets read them.
+            pushes, fields = {}, {}
+    notify.ring_many(woken, node, pushes=pushes, events=fields)
+
+
+# A pass pushes its events with the wake-up only up to these: a live
+# pass holds a few events, and a message stays small whatever the values.
+PUSH_MAX_EVENTS = 64
+PUSH_MAX_BYTES = 64 * 1024
 
 
 def gaps_record(overflows: list[queue_services.Overflow], node: str) -> int:

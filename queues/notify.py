@@ -1,13 +1,16 @@
 """The doorbell: the only module that touches the channel layer, and the
 Redis pub/sub channel of the fan-out's wake-ups.
 
-Messages here only say "look at your rows"; losing one delays delivery
-until the consumer's next poll (DURABLECACHE_POLL_S), it never loses data.
+Messages here say "look at your rows", or hand a socket the rows its
+queue just got (a push, which a socket uses only when they follow what it
+sent); losing one delays delivery until the consumer's next poll
+(DURABLECACHE_POLL_S), it never loses data.
 """
 
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import queue
@@ -138,14 +141,17 @@ def _wake_client() -> Any:
     return redis_clients.client(_wake_redis, url)
 
 
-def _publish_wakes(node: str, ids: list[str]) -> bool:
-    """Publish the wake-ups; False when there is no Redis to publish to
-    or it failed (the caller sends them through the channel layer)."""
+def _publish_wakes(node: str, ids: list[str], pushed: str | None = None) -> bool:
+    """Publish the wake-ups (and ``pushed``, a push message, first); False
+    when there is no Redis to publish to or it failed (the caller sends
+    them through the channel layer)."""
     client = _wake_client()
     if client is None or time.monotonic() < _wake_broken_until[0]:
         return False
     try:
         pipe = client.pipeline(transaction=False)
+        if pushed is not None:
+            pipe.publish(wake_channel(node), pushed)
         for start in range(0, len(ids), WAKE_CHUNK):
             pipe.publish(wake_channel(node), " ".join(ids[start : start + WAKE_CHUNK]))
         pipe.execute()
@@ -156,17 +162,43 @@ def _publish_wakes(node: str, ids: list[str]) -> bool:
     return True
 
 
-def ring_many(heads: dict[Any, int], node: str | None = None) -> None:
+def ring_many(
+    heads: dict[Any, int],
+    node: str | None = None,
+    *,
+    pushes: dict[Any, tuple[int, list[int]]] | None = None,
+    events: dict[int, list[Any]] | None = None,
+) -> None:
     """Wake the sockets of these clients on ``node``: one message per
-    ``WAKE_CHUNK`` clients, whatever the number of sockets."""
+    ``WAKE_CHUNK`` clients, whatever the number of sockets.
+
+    ``pushes`` (by Redis only): for some of them, the queue's head before
+    the fan-out's append and the seqs it appended, all plain rows
+    (``queues.services.queue_append_many``); ``events``: those seqs'
+    frame fields (``push_fields``). They go as one push message: a socket
+    that has sent through that head sends those events without reading
+    its queue (``sockets.streams``); any other is woken to read as usual.
+    """
     if not heads:
         return
     from django.conf import settings
 
     node = node or settings.DURABLECACHE_NODE_NAME
-    ids = [client_id.hex for client_id in heads]
-    if _publish_wakes(node, ids):
+    pushed = None
+    if pushes and events:
+        pushed = json.dumps(
+            {
+                "push": {pk.hex: push for pk, push in pushes.items()},
+                "events": events,
+            },
+            separators=(",", ":"),
+        )
+        ids = [pk.hex for pk in heads if pk not in pushes]
+    else:
+        ids = [client_id.hex for client_id in heads]
+    if _publish_wakes(node, ids, pushed):
         return
+    ids = [client_id.hex for client_id in heads]
     group = wake_group(node)
 
     async def send_all() -> None:

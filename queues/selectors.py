@@ -276,6 +276,38 @@ def _events(
     return events
 
 
+def push_fields(event: Any) -> list[Any]:
+    """A logged event's frame fields as a push message carries them
+    (``queues.notify.ring_many``): what a queue row of it reads as, for
+    ``pushed_event`` to make the dict ``_events`` makes of the row."""
+    return [
+        event.event_id,
+        event.region,
+        event.key,
+        event.op,
+        "null" if event.value_json is None else event.value_json,
+        event.version,
+        ts_text(event.ts),
+    ]
+
+
+def pushed_event(seq: int, fields: list[Any]) -> dict[str, Any]:
+    """The event dict of a pushed event (``push_fields``): a plain row's,
+    without a ``cq`` list."""
+    event_id, region, key, op, value_json, version, ts = fields
+    return {
+        "id": event_id,
+        "seq": seq,
+        "region": region,
+        "key": key,
+        "op": op,
+        "value_json": value_json,
+        "version": version,
+        "ts": ts,
+        "cq_json": None,
+    }
+
+
 def queue_sizes() -> dict[uuid.UUID, int]:
     return dict(QueueState.objects.values_list("client_id", "size"))
 

@@ -163,13 +163,26 @@ class Stream:
 
     async def _live(self) -> None:
         batch = settings.DURABLECACHE_REPLAY_BATCH
+        read = True  # the first look reads what came during the replay
         while not self.stopping:
             self.wake.clear()
+            rows: list[Any] = []
             async with self.gate:
-                rows = await self._next_batch(batch)
-                if rows:
-                    await self._send_rows(rows, replay=False)
-            if len(rows) >= batch:
+                # Pushed events that follow what was sent are the queue's
+                # next rows (sockets.wakeups.WakeFlag.take): sent without
+                # a read. Any other wake reads the queue.
+                pushed, must_read = self.wake.take(self.sent_through)
+                if pushed:
+                    trace.mark(
+                        "read", self.socket.node, pushed[0]["seq"], pushed[-1]["seq"]
+                    )
+                    await self._send_rows(pushed, replay=False)
+                if read or must_read:
+                    rows = await self._next_batch(batch)
+                    if rows:
+                        await self._send_rows(rows, replay=False)
+            read = len(rows) >= batch
+            if read:
                 continue  # maybe more: read on at once
             # A short batch is everything committed when it was read: what
             # commits later rings after its commit, so after the clear

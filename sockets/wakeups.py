@@ -12,7 +12,11 @@ for this process and carries these to its sockets, in memory:
   Redis they come through the group); the hub sets those sockets' wake
   flags. Per batch, one Redis command and one message per process,
   whatever the number of sockets
-  (docs/decisions/0027-wake-ups-by-redis-publish.md).
+  (docs/decisions/0027-wake-ups-by-redis-publish.md). A **push** message
+  carries, for queues whose appended rows are all plain, the head before
+  them, their seqs and the events' frame fields: a socket that has sent
+  through that head sends them without reading its queue
+  (``WakeFlag.take``; docs/decisions/0028-pushed-events.md).
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
 - **the sweep**: every ``DURABLECACHE_POLL_S`` one query per database reads
@@ -42,6 +46,7 @@ it was out of the group reached nobody).
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -57,6 +62,7 @@ from django.conf import settings
 from clients import selectors, services
 from common import trace
 from queues import notify
+from queues import selectors as queue_selectors
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,8 @@ GROUP_REFRESH_S = 30.0
 RECONCILE_S = 10.0
 # The longest one read of the wake-up channel waits (see _raise_if_cancelled).
 WAKE_READ_S = 1.0
+# Pushes a socket keeps before it drops them and reads its queue instead.
+MAX_PUSHES = 64
 
 
 class WakeFlag:
@@ -77,13 +85,50 @@ class WakeFlag:
     ``wait`` is kept until ``clear``.
     """
 
-    __slots__ = ("flag", "waiter")
+    __slots__ = ("flag", "pushes", "read", "waiter")
 
     def __init__(self) -> None:
         self.flag = False
         self.waiter: asyncio.Future[None] | None = None
+        # Whether a wake asked for a read of the queue (any ``set``), and
+        # the pushes received since the last ``take``, in order.
+        self.read = False
+        self.pushes: list[tuple[int, list[dict[str, Any]]]] = []
 
     def set(self) -> None:
+        self.read = True
+        self._wake()
+
+    def push(self, head: int, events: list[dict[str, Any]]) -> None:
+        """Wake with ``events``: the rows the fan-out appended to the queue
+        after its head ``head``, all plain (``queues.notify.ring_many``)."""
+        if len(self.pushes) >= MAX_PUSHES:
+            # A socket that does not keep up reads instead.
+            self.pushes.clear()
+            self.read = True
+        self.pushes.append((head, events))
+        self._wake()
+
+    def take(self, sent_through: int) -> tuple[list[dict[str, Any]], bool]:
+        """The pushed events that follow ``sent_through`` without a gap, in
+        order, and whether the queue must be read as well: a plain wake
+        came, or a push did not follow on (a push older than a read is
+        dropped, as the read sent its events)."""
+        read, self.read = self.read, False
+        pushes, self.pushes = self.pushes, []
+        events: list[dict[str, Any]] = []
+        for head, pushed in pushes:
+            last = pushed[-1]["seq"]
+            if last <= sent_through:
+                continue
+            if head == sent_through:
+                events.extend(pushed)
+                sent_through = last
+            else:
+                read = True
+        return events, read
+
+    def _wake(self) -> None:
         self.flag = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
@@ -216,6 +261,35 @@ class WakeHub:
                 event.set()
                 woken += 1
         return woken
+
+    def push(self, message: dict[str, Any]) -> int:
+        """Hand a push message's events (``queues.notify.ring_many``) to
+        the sockets of its clients; each event's dict is made once, and
+        shared (a frame built for one socket serves the others)."""
+        events = {
+            int(seq): queue_selectors.pushed_event(int(seq), fields)
+            for seq, fields in message["events"].items()
+        }
+        woken = 0
+        for hex_id, (head, seqs) in message["push"].items():
+            flags = self.sockets.get(uuid.UUID(hex_id), ())
+            if not flags:
+                continue
+            pushed = [events[seq] for seq in seqs]
+            for flag in flags:
+                if isinstance(flag, WakeFlag):
+                    flag.push(head, pushed)
+                else:
+                    flag.set()
+                woken += 1
+        return woken
+
+    def wake_message(self, data: bytes) -> int:
+        """One message of the wake-up channel: a push (JSON) or the hex ids
+        of the clients to wake."""
+        if data[:1] == b"{":
+            return self.push(json.loads(data))
+        return self.wake(data.decode().split())
 
     def close(self, code: int, clients: list[str] | None = None) -> int:
         """Close this process's sockets of these clients (hex ids), or all
@@ -366,7 +440,7 @@ class WakeHub:
                     _raise_if_cancelled()
                     if message is not None:
                         trace.mark("woken", settings.DURABLECACHE_NODE_NAME)
-                        self.wake(message["data"].decode().split())
+                        self.wake_message(message["data"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -28,6 +28,7 @@ def queue_append_many(
     limits: Mapping[uuid.UUID, int] | None = None,
     gapped: Collection[uuid.UUID] = (),
     overflows: list["Overflow"] | None = None,
+    plain: dict[uuid.UUID, tuple[int, list[int]]] | None = None,
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -51,6 +52,13 @@ def queue_append_many(
     ``overflows`` for the caller to record as the client's gap.
     ``gapped``: clients whose gap stands; their queues here are emptied
     (once: a statement only while rows remain) and get nothing.
+
+    ``plain``: filled, for each queue whose appended rows are all plain
+    (none may conflate, none has a ``cq`` list, no row was conflated
+    away), with its head before the append and the appended seqs: its
+    rows after that head are exactly those, which a socket that has sent
+    through that head may be handed without reading them
+    (``notify.ring_many``'s pushes).
     """
     if not appends and not gapped:
         return {}
@@ -68,6 +76,7 @@ def queue_append_many(
                 changed.append(state)
             continue
         limit = (limits or {}).get(state.client_id)
+        before = (state.last_seq, state.size)
         added = _append(
             state,
             appends[state.client_id],
@@ -84,6 +93,8 @@ def queue_append_many(
         if added is not None:
             rows.extend(added)
             changed.append(state)
+            if plain is not None and _all_plain(added, before[1], state.size):
+                plain[state.client_id] = (before[0], [row[1] for row in added])
     _insert_entries(rows)
     _save_heads(changed)
     return heads
@@ -211,6 +222,15 @@ def _save_heads(states: list[Any]) -> None:
     connection = connections[NODE_STORE]
     rows = [(s.last_seq, s.size, state_pk(s.client_id, connection)) for s in states]
     sql.update_rows(connection, QueueState, _HEAD_FIELDS, [STATE_PK], rows)
+
+
+def _all_plain(added: list[list[Any]], size_before: int, size_after: int) -> bool:
+    """Whether a queue's appended rows are all plain: none conflates (the
+    row's ``conflates``) nor has a ``cq`` list (its last two columns), and
+    none was conflated away (the size grew by the rows appended)."""
+    if size_after != size_before + len(added):
+        return False
+    return not any(row[-2] or row[-1] is not None for row in added)
 
 
 @dataclass(frozen=True, slots=True)

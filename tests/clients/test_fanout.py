@@ -52,7 +52,9 @@ def test_each_event_reaches_the_interests_that_want_it(user, region):
 def test_only_sockets_held_on_this_node_are_woken(user, region, monkeypatch):
     rung = []
     monkeypatch.setattr(
-        notify, "ring_many", lambda heads, node=None: rung.append((set(heads), node))
+        notify,
+        "ring_many",
+        lambda heads, node=None, **push: rung.append((set(heads), node)),
     )
     here = connected_client(user, "here", keys=["k"])
     away = connected_client(user, "away", keys=["k"])

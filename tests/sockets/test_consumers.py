@@ -776,7 +776,7 @@ async def test_a_lost_doorbell_is_healed_by_the_hub_sweep(
     sock, _ = await session(token, durable_id="d1")
     await sock.register(all_keys=True, durable=True, policy="none")
     await sock.ready()
-    monkeypatch.setattr(notify, "ring_many", lambda heads, node=None: None)
+    monkeypatch.setattr(notify, "ring_many", lambda heads, node=None, **push: None)
     await write(cache_services.entry_put, region="prices", key="a", value=1)
     [event] = await sock.events(1)
     assert (event["key"], event["value"]) == ("a", 1)
