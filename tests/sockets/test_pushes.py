@@ -11,8 +11,7 @@ from channels.db import database_sync_to_async as db
 
 from cache import services as cache_services
 from cache.selectors import logged_events_after
-from clients import fanout, services
-from clients.matching import parse_selector
+from clients import fanout
 from clients.models import DurableClient
 from queues import notify
 from queues import selectors as queue_selectors
@@ -110,25 +109,10 @@ def rung(monkeypatch):
     return calls
 
 
-def _conflating_client(user, durable_id):
-    options = services.parse_hello_options({"durable_id": durable_id, "conflate": True})
-    client = services.client_hello(
-        user=user, socket_id=durable_id, options=options
-    ).client
-    services.interest_register(
-        client=client,
-        region="prices",
-        selector=parse_selector({"all_keys": True}),
-        is_durable=True,
-        policy="none",
-    )
-    return client
-
-
 @pytest.mark.django_db(databases=["default", "node"])
 def test_the_fan_out_pushes_plain_rows_with_the_head_before_them(user, region, rung):
     plain = connected_client(user, "plain", keys=["a", "b"])
-    conflating = _conflating_client(user, "conflating")
+    conflating = connected_client(user, "conflating", hello={"conflate": True})
     cache_services.entry_put(region="prices", key="a", value=1)
     fanout.fanout_node("node-1")
     first = logged_events_after(seq=0, limit=10)[-1].seq
@@ -174,14 +158,6 @@ def test_a_pushed_event_makes_the_frame_its_row_makes(user, region, rung):
 
 
 # --- end to end, over the Redis wake-up channel ------------------------------
-
-
-@pytest.fixture
-def wake_redis(redis_server, settings, monkeypatch):
-    settings.DURABLECACHE_REDIS_URL = f"unix://{redis_server.socket_file}"
-    monkeypatch.setattr(notify, "_wake_redis", {"pid": 0, "client": None})
-    monkeypatch.setattr(notify, "_wake_broken_until", [0.0])
-    return redis_server
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "node"])

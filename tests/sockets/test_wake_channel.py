@@ -11,15 +11,6 @@ from queues import notify
 from sockets.wakeups import WakeHub
 
 
-@pytest.fixture
-def wake_redis(redis_server, settings, monkeypatch):
-    """A real Redis for the wake-ups; the channel layer stays in memory."""
-    settings.DURABLECACHE_REDIS_URL = f"unix://{redis_server.socket_file}"
-    monkeypatch.setattr(notify, "_wake_redis", {"pid": 0, "client": None})
-    monkeypatch.setattr(notify, "_wake_broken_until", [0.0])
-    return redis_server
-
-
 async def _subscribed(server, node):
     async with asyncio.timeout(5):
         while not server.pubsub_numsub(notify.wake_channel(node))[0][1]:  # noqa: ASYNC110
