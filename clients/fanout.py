@@ -172,7 +172,10 @@ def fanout_node(node: str | None = None) -> int:
             matched = match_events(events, hosted, node)
             appends, held_here, modes, cqs = matched[:4]
             overflows: list[queue_services.Overflow] = []
+            # Pushes only for sockets held here, and only from a live-sized
+            # pass (a backlog's sockets read it): no work for the rest.
             plain: dict[uuid.UUID, tuple[int, list[int]]] = {}
+            plain_for = held_here if len(events) <= PUSH_MAX_EVENTS else ()
             heads = queue_services.queue_append_many(
                 appends,
                 modes=modes,
@@ -182,6 +185,7 @@ def fanout_node(node: str | None = None) -> int:
                 gapped=matched.gapped,
                 overflows=overflows,
                 plain=plain,
+                plain_for=plain_for,
             )
             if overflows:
                 # Recorded in the cluster before this store commits: a
@@ -216,23 +220,22 @@ def _ring_sockets(
     events: list[Any],
     heads: dict[uuid.UUID, int],
     held_here: set[uuid.UUID],
-    plain: dict[uuid.UUID, tuple[int, list[int]]],
+    pushes: dict[uuid.UUID, tuple[int, list[int]]],
     node: str,
 ) -> None:
     """Wake the sockets held here of the queues that grew; push the
     events of those whose appended rows were plain, so that a socket
     caught up sends them without a read (``notify.ring_many``)."""
     woken = {pk: seq for pk, seq in heads.items() if pk in held_here}
-    pushes = {pk: plain[pk] for pk in woken if pk in plain}
+    # ``pushes`` (``queue_append_many``'s ``plain``) names held clients only.
     fields: dict[int, list[Any]] = {}
     if pushes:
         wanted = {seq for _, seqs in pushes.values() for seq in seqs}
         fields = {
             e.seq: queue_selectors.push_fields(e) for e in events if e.seq in wanted
         }
-        size = sum(len(f[4]) for f in fields.values())
-        if len(fields) > PUSH_MAX_EVENTS or size > PUSH_MAX_BYTES:
-            # A backlog's pass, or large values: the sockets read them.
+        if sum(len(f[4] or "") for f in fields.values()) > PUSH_MAX_BYTES:
+            # Large values: the sockets read them.
             pushes, fields = {}, {}
     notify.ring_many(woken, node, pushes=pushes, events=fields)
 

@@ -261,19 +261,30 @@ def _events(
         event = shared.get((row[0], row[1], row[9]))
         if event is None:
             event_id, seq, region, key, op, value, version, ts, _, cq = row
-            event = shared[event_id, seq, cq] = {
-                "id": event_id,
-                "seq": seq,
-                "region": region,
-                "key": key,
-                "op": op,
-                "value_json": "null" if value is None else value,
-                "version": version,
-                "ts": ts_text(ts),
-                "cq_json": cq,
-            }
+            event = shared[event_id, seq, cq] = _event_dict(
+                seq,
+                [event_id, region, key, op, value, version, ts_text(ts)],
+                cq,
+            )
         events.append(event)
     return events
+
+
+def _event_dict(seq: int, fields: list[Any], cq: str | None) -> dict[str, Any]:
+    """The dict a socket builds an event frame from (``protocol.event_frame``):
+    ``fields`` as ``push_fields`` lists them, the timestamp as text."""
+    event_id, region, key, op, value_json, version, ts = fields
+    return {
+        "id": event_id,
+        "seq": seq,
+        "region": region,
+        "key": key,
+        "op": op,
+        "value_json": "null" if value_json is None else value_json,
+        "version": version,
+        "ts": ts,
+        "cq_json": cq,
+    }
 
 
 def push_fields(event: Any) -> list[Any]:
@@ -285,7 +296,7 @@ def push_fields(event: Any) -> list[Any]:
         event.region,
         event.key,
         event.op,
-        "null" if event.value_json is None else event.value_json,
+        event.value_json,
         event.version,
         ts_text(event.ts),
     ]
@@ -294,18 +305,7 @@ def push_fields(event: Any) -> list[Any]:
 def pushed_event(seq: int, fields: list[Any]) -> dict[str, Any]:
     """The event dict of a pushed event (``push_fields``): a plain row's,
     without a ``cq`` list."""
-    event_id, region, key, op, value_json, version, ts = fields
-    return {
-        "id": event_id,
-        "seq": seq,
-        "region": region,
-        "key": key,
-        "op": op,
-        "value_json": value_json,
-        "version": version,
-        "ts": ts,
-        "cq_json": None,
-    }
+    return _event_dict(seq, fields, None)
 
 
 def queue_sizes() -> dict[uuid.UUID, int]:

@@ -16,7 +16,6 @@ from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.store import (
     STATE_PK,
-    as_uuid,
     commit_unflushed,
     state_pk,
     table,
@@ -246,7 +245,7 @@ def _lock_marks(
             [state_pk(pk, connection) for pk in chunk],
         )
         for pk, *head in cursor.fetchall():
-            heads[as_uuid(pk)] = head
+            heads[sql.uuid_read(pk)] = head
     return heads
 
 

@@ -16,7 +16,7 @@ from common import sql
 from queues.models import QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.queues import classify_updates
-from queues.services.store import STATE_PK, as_uuid, state_pk, table
+from queues.services.store import STATE_PK, state_pk, table
 
 
 def queue_append_many(
@@ -29,6 +29,7 @@ def queue_append_many(
     gapped: Collection[uuid.UUID] = (),
     overflows: list["Overflow"] | None = None,
     plain: dict[uuid.UUID, tuple[int, list[int]]] | None = None,
+    plain_for: Collection[uuid.UUID] = (),
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -53,11 +54,11 @@ def queue_append_many(
     ``gapped``: clients whose gap stands; their queues here are emptied
     (once: a statement only while rows remain) and get nothing.
 
-    ``plain``: filled, for each queue whose appended rows are all plain
-    (none may conflate, none has a ``cq`` list, no row was conflated
-    away), with its head before the append and the appended seqs: its
-    rows after that head are exactly those, which a socket that has sent
-    through that head may be handed without reading them
+    ``plain``: filled, for each queue of ``plain_for`` whose appended rows
+    are all plain (none may conflate, none has a ``cq`` list, no row was
+    conflated away), with its head before the append and the appended
+    seqs: its rows after that head are exactly those, which a socket that
+    has sent through that head may be handed without reading them
     (``notify.ring_many``'s pushes).
     """
     if not appends and not gapped:
@@ -93,7 +94,11 @@ def queue_append_many(
         if added is not None:
             rows.extend(added)
             changed.append(state)
-            if plain is not None and _all_plain(added, before[1], state.size):
+            if (
+                plain is not None
+                and state.client_id in plain_for
+                and _all_plain(added, before[1], state.size)
+            ):
                 plain[state.client_id] = (before[0], [row[1] for row in added])
     _insert_entries(rows)
     _save_heads(changed)
@@ -211,7 +216,9 @@ def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
                 f" ORDER BY client_id{lock}",
                 [state_pk(pk, connection) for pk in chunk],
             )
-            found += [_Head(as_uuid(row[0]), *row[1:]) for row in cursor.fetchall()]
+            found += [
+                _Head(sql.uuid_read(row[0]), *row[1:]) for row in cursor.fetchall()
+            ]
     return found
 
 

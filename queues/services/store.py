@@ -23,10 +23,6 @@ def state_pk(client_id: uuid.UUID, connection: Any) -> Any:
     return sql.uuid_param(client_id, connection)
 
 
-# A UUID column as read: SQLite gives its 32 hex digits.
-as_uuid = sql.uuid_read
-
-
 def commit_unflushed(connection: Any) -> None:
     """Let this node-store transaction's commit return before PostgreSQL has
     flushed it to its WAL (``SET LOCAL synchronous_commit TO OFF``).

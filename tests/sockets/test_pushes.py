@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async as db
 
 from cache import services as cache_services
 from cache.selectors import logged_events_after
-from clients import fanout
+from clients import fanout, services
 from clients.models import DurableClient
 from queues import notify
 from queues import selectors as queue_selectors
@@ -136,6 +136,24 @@ def test_a_pass_with_large_values_wakes_without_pushing(user, region, rung):
     fanout.fanout_node("node-1")
     (heads, push) = rung[-1]
     assert set(heads) == {client.id}
+    assert push == {"pushes": {}, "events": {}}
+
+
+@pytest.mark.django_db(databases=["default", "node"])
+def test_a_backlog_pass_and_a_socket_elsewhere_are_not_pushed(user, region, rung):
+    here = connected_client(user, "here")
+    away = connected_client(user, "away")
+    services.client_disconnected(client_id=away.id, socket_id="away")
+    cache_services.entry_put(region="prices", key="k", value=1)
+    fanout.fanout_node("node-1")
+    (heads, push) = rung[-1]
+    assert set(heads) == {here.id}
+    assert set(push["pushes"]) == {here.id}
+    entries = {f"k{i}": i for i in range(fanout.PUSH_MAX_EVENTS + 1)}
+    cache_services.entry_putall(region="prices", entries=entries)
+    fanout.fanout_node("node-1")
+    (heads, push) = rung[-1]
+    assert set(heads) == {here.id}
     assert push == {"pushes": {}, "events": {}}
 
 
