@@ -30,24 +30,28 @@ from bench.live import _cpu
 from tests.integration.harness import Cluster, free_port
 
 REGION = "bench"
-TABLE = "queues_queueentry"
+# The queue rows and the events they name (stored once per node).
+TABLES = ("queues_queueentry", "queues_queuedevent")
 
 
 def _table_bytes(cluster: Cluster, node: str) -> int:
-    """Bytes of the queue-entry table (and its indexes) in ``node``'s store."""
+    """Bytes of the queue tables (and their indexes) in ``node``'s store."""
     if cluster.pg_databases:
         import psycopg
 
         url = f"{cluster.pg_server}/dce2e_{cluster.pg_tag}_{node}"
+        sizes = " + ".join(f"pg_total_relation_size('{t}')" for t in TABLES)
         with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(f"SELECT pg_total_relation_size('{TABLE}')").fetchone()
+            row = conn.execute(f"SELECT {sizes}").fetchone()
         return int(row[0]) if row else 0
     path = cluster.workdir / "nodes" / f"{node}.sqlite3"
+    marks = ", ".join("?" * len(TABLES))
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         try:
             rows = conn.execute(
-                "SELECT SUM(pgsize) FROM dbstat WHERE name = ? OR tbl_name = ?",
-                (TABLE, TABLE),
+                "SELECT SUM(pgsize) FROM dbstat"  # noqa: S608
+                f" WHERE name IN ({marks}) OR tbl_name IN ({marks})",
+                (*TABLES, *TABLES),
             ).fetchone()
             return int(rows[0] or 0)
         except sqlite3.OperationalError:  # no dbstat: the whole file

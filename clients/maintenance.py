@@ -56,7 +56,8 @@ def tick(node: str, judge: bool = True) -> None:
     redundancy, 5. heal copies being filled here and the closed CQs'
     forgets still pending here (a lost task), 6. expire clients,
     7. report queue sizes and acks, 8. apply the acks primaries reported,
-    9. drop orphaned queues, 10. prune the event log and the tombstones
+    9. drop orphaned queues and the events no queue here holds any
+    more, 10. prune the event log and the tombstones
     kept past ``DURABLECACHE_TOMBSTONE_KEEP_S``, 11. sample counters
     for the dashboard (every few seconds), 12. prune old client history,
     13. vacuum the tables whose rows churn, when their dead rows pile up
@@ -78,6 +79,7 @@ def tick(node: str, judge: bool = True) -> None:
     report_queue_sizes(node)
     replication.apply_reported_acks(node)
     drop_orphans()
+    queue_services.queued_events_prune(node)
     prune_event_log()
     cache_services.tombstones_prune(keep_s=settings.DURABLECACHE_TOMBSTONE_KEEP_S)
     samples.sample(node)

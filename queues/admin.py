@@ -14,7 +14,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
 from cache.admin import M, ReadOnlyAdmin
-from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
 
 
 class NodeStoreAdmin(ReadOnlyAdmin[M], Generic[M]):
@@ -54,11 +54,19 @@ class QueueStateAdmin(NodeStoreAdmin[QueueState]):
 
 @admin.register(QueueEntry)
 class QueueEntryAdmin(NodeStoreAdmin[QueueEntry]):
-    list_display = ["queue", "seq", "op", "region", "key", "version", "ts"]
-    list_filter = ["op", "region", "ts"]
+    list_display = ["queue", "seq", "op", "region", "key", "conflates"]
+    list_filter = ["op", "region", "conflates"]
     list_select_related = ["queue"]
-    search_fields = ["queue__durable_id", "region", "key", "event_id"]
+    search_fields = ["queue__durable_id", "region", "key"]
     ordering = ["queue", "seq"]
+
+
+@admin.register(QueuedEvent)
+class QueuedEventAdmin(NodeStoreAdmin[QueuedEvent]):
+    list_display = ["seq", "op", "region", "key", "version", "ts"]
+    list_filter = ["op", "region", "ts"]
+    search_fields = ["region", "key", "event_id"]
+    ordering = ["seq"]
     date_hierarchy = "ts"
 
 

@@ -1,11 +1,14 @@
 """Rows of the node store: the subscription queues this node hosts.
 
 A node reads and writes only its own store; a copy on another host is
-filled by tasks (``clients.replication``). A field added to QueueEntry
-must be added to the fan-out's rows (``queues.services.append``, columns
-in field order), ``queues.selectors.queue_events_after`` and
+filled by tasks (``clients.replication``). An event is stored once per
+node (``QueuedEvent``) and each queue that holds it has a narrow row
+naming it by seq (``QueueEntry``): a region with many subscribers costs a
+small row per subscriber, not a copy of the value. A field added to
+either must be added to the fan-out's rows (``queues.services.append``,
+columns in field order), ``queues.selectors``' reads and
 ``entry_to_event``, and the copy format (``queues.selectors.entry_to_copy``
-and ``queues.services.copies._entry_from_copy``).
+and ``queues.services.copies``).
 """
 
 from django.db import models
@@ -37,14 +40,15 @@ class QueueState(models.Model):
         return f"{self.durable_id or self.client_id} ({self.size})"
 
 
-class QueueEntry(models.Model):
-    # No index of its own: the unique (queue, seq) one serves every lookup
-    # by queue, and a second one would cost each event a page write per
-    # queue it is appended to (migration 0004).
-    queue = models.ForeignKey(
-        QueueState, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    seq = models.BigIntegerField()
+class QueuedEvent(models.Model):
+    """An event that at least one queue of this node holds, stored once.
+
+    Kept while a ``QueueEntry`` names its seq: the tick deletes the ones
+    no queue names any more (``queues.services.events.queued_events_prune``),
+    under the fan-out cursor's lock, which every writer of entries holds.
+    """
+
+    seq = models.BigIntegerField(primary_key=True)
     event_id = models.CharField(max_length=32)
     region = models.CharField(max_length=128)
     key = models.CharField(max_length=512, null=True)
@@ -52,6 +56,28 @@ class QueueEntry(models.Model):
     value = models.JSONField(null=True)
     version = models.BigIntegerField(null=True)
     ts = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.op} {self.region}/{self.key}"
+
+
+class QueueEntry(models.Model):
+    """One queue's hold on one event (``QueuedEvent`` of the same seq).
+
+    ``region``, ``key`` and ``op`` repeat the event's: the queue's own
+    rules look rows up by them (conflation by key, a mode change's
+    reclassification of updates, a closed CQ's forget)."""
+
+    # No index of its own: the unique (queue, seq) one serves every lookup
+    # by queue, and a second one would cost each event a page write per
+    # queue it is appended to (migration 0004).
+    queue = models.ForeignKey(
+        QueueState, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    seq = models.BigIntegerField()
+    region = models.CharField(max_length=128)
+    key = models.CharField(max_length=512, null=True)
+    op = models.CharField(max_length=16)
     # Whether a later update of the key may remove this row while it is
     # undelivered (an update, in the queue's conflation mode; set when it
     # is queued). Only such rows are marked delivered when read, and only

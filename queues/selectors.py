@@ -3,14 +3,14 @@
 import functools
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
 from cache.events import format_ts
 from common import sql
-from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
 NO_QUEUE = -2
@@ -36,20 +36,44 @@ def queue_heads(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
     return sql.values_by_pk(QueueState.objects, client_ids, "last_seq")
 
 
+class HeldEntry(NamedTuple):
+    """A queue row with the event it names; reads as both (the row's seq,
+    ``conflates`` and ``cq``, the event's fields)."""
+
+    entry: QueueEntry
+    event: QueuedEvent
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _ROW_FIELDS:
+            return getattr(self.entry, name)
+        return getattr(self.event, name)
+
+
+_ROW_FIELDS = frozenset({"seq", "queue", "queue_id", "conflates", "cq"})
+
+
 def queue_entries_after(
     *, client_id: uuid.UUID, after: int, limit: int, through: int | None = None
-) -> list[QueueEntry]:
+) -> list[HeldEntry]:
+    """A queue's rows after ``after`` (through ``through``), in seq order,
+    each with its event (two queries; for the API, the dashboard and
+    copies, not the delivery loop)."""
     qs = QueueEntry.objects.filter(queue_id=client_id, seq__gt=after)
     if through is not None:
         qs = qs.filter(seq__lte=through)
-    return list(qs.order_by("seq")[:limit])
+    entries = list(qs.order_by("seq")[:limit])
+    events = QueuedEvent.objects.in_bulk([e.seq for e in entries])
+    return [HeldEntry(e, events[e.seq]) for e in entries]
 
 
-# An event's columns, then the row's ``conflates`` (read, not sent) and
-# its ``cq`` list (sent when not null).
+# An event's columns (of its ``QueuedEvent``), then the queue row's seq,
+# ``conflates`` (read, not sent) and ``cq`` list (sent when not null), as
+# ``(table, column)`` in the order ``_events`` unpacks them.
+_EVENT, _ENTRY = "v", "e"
 _EVENT_COLUMNS = (
-    "event_id", "seq", "region", "key", "op", "value", "version", "ts", "conflates",
-    "cq",
+    (_EVENT, "event_id"), (_ENTRY, "seq"), (_EVENT, "region"), (_EVENT, "key"),
+    (_EVENT, "op"), (_EVENT, "value"), (_EVENT, "version"), (_EVENT, "ts"),
+    (_ENTRY, "conflates"), (_ENTRY, "cq"),
 )  # fmt: skip
 
 
@@ -59,33 +83,48 @@ _PG_WIRE_TS = """'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"""
 
 @functools.cache
 def _event_columns(vendor: str) -> str:
-    """The selected columns of a read, in ``_EVENT_COLUMNS``' order."""
+    """The selected columns of a read, in ``_EVENT_COLUMNS``' order (the
+    queue rows as ``e`` joined with their events as ``v``)."""
     quote = connections[NODE_STORE].ops.quote_name
-    columns = ", ".join(quote(c) for c in _EVENT_COLUMNS)  # column = field name
+    columns = [f"{t}.{quote(c)} AS {quote(c)}" for t, c in _EVENT_COLUMNS]
+    ts = f"{_EVENT}.{quote('ts')}"
     if vendor == "sqlite":
         # The timestamp as its stored text: the column's declared type makes
         # sqlite3 parse it into a datetime per row fetched (a converter
         # Django registers), only for ts_text to format it back.
-        return columns.replace(quote("ts"), f"CAST({quote('ts')} AS TEXT)")
-    if vendor == "postgresql":
+        stamp = f"CAST({ts} AS TEXT)"
+    elif vendor == "postgresql":
         # The wire's text, made by the server: psycopg would parse each
         # row's timestamptz into a datetime for ts_text to format it back.
-        return columns.replace(
-            quote("ts"),
-            f"to_char({quote('ts')} AT TIME ZONE 'UTC', {_PG_WIRE_TS}) AS ts",
-        )
-    return columns
+        stamp = f"to_char({ts} AT TIME ZONE 'UTC', {_PG_WIRE_TS})"
+    else:
+        stamp = ts
+    return ", ".join(
+        f"{stamp} AS {quote('ts')}" if c == "ts" else column
+        for (_, c), column in zip(_EVENT_COLUMNS, columns, strict=True)
+    )
+
+
+@functools.cache
+def _joined(vendor: str) -> str:
+    """The queue rows (``e``) and the events they name (``v``)."""
+    connection = connections[NODE_STORE]
+    seq = connection.ops.quote_name("seq")
+    entries = sql.table(QueueEntry, connection)
+    events = sql.table(QueuedEvent, connection)
+    return (
+        f"{entries} {_ENTRY} JOIN {events} {_EVENT} ON {_EVENT}.{seq} = {_ENTRY}.{seq}"
+    )
 
 
 @functools.cache
 def _events_sql(vendor: str, *, bounded: bool) -> str:
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
-    seq, queue = quote("seq"), quote("queue_id")
+    seq, queue = f"{_ENTRY}.{quote('seq')}", f"{_ENTRY}.{quote('queue_id')}"
     upper = f" AND {seq} <= %s" if bounded else ""
     return (
-        f"SELECT {_event_columns(vendor)}"  # noqa: S608
-        f" FROM {sql.table(QueueEntry, connection)}"
+        f"SELECT {_event_columns(vendor)} FROM {_joined(vendor)}"  # noqa: S608
         f" WHERE {queue} = %s AND {seq} > %s{upper} ORDER BY {seq} LIMIT %s"
     )
 
@@ -127,10 +166,10 @@ def queue_events_after(
     once per socket per batch (docs/decisions/0010-hot-statements-in-sql.md).
 
     ``shared`` maps ``(event id, seq)`` to an event already built: every
-    queue holding an event holds the same fields (a queue entry is a copy of
-    the logged event), so the reads of one delivery round, one per socket,
-    build each event once and hand the sockets the same dict (which lets a
-    socket reuse the frame another built: ``SubscriptionConsumer._send_rows``).
+    queue holding an event names the same stored one (``QueuedEvent``), so
+    the reads of one delivery round, one per socket, build each event once
+    and hand the sockets the same dict (which lets a socket reuse the frame
+    another built: ``SubscriptionConsumer._send_rows``).
     """
     connection = connections[NODE_STORE]
     queue_id = QueueEntry._meta.get_field("queue").get_db_prep_value(
@@ -233,14 +272,14 @@ def _lateral_sql() -> str:
     and plan it afresh every round, at a cost growing with its members."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
-    seq = quote("seq")
+    seq = f"{_ENTRY}.{quote('seq')}"
     return (
         f"SELECT r.i - 1 AS i, q.* FROM unnest("  # noqa: S608
         "%s::uuid[], %s::bigint[], %s::bigint[], %s::integer[]"
         ") WITH ORDINALITY AS r(queue_id, after, upto, lim, i)"
         f" CROSS JOIN LATERAL (SELECT {_event_columns('postgresql')}"
-        f" FROM {sql.table(QueueEntry, connection)}"
-        f" WHERE {quote('queue_id')} = r.queue_id AND {seq} > r.after"
+        f" FROM {_joined('postgresql')}"
+        f" WHERE {_ENTRY}.{quote('queue_id')} = r.queue_id AND {seq} > r.after"
         f" AND {seq} <= r.upto ORDER BY {seq} LIMIT r.lim) q"
     )
 
@@ -336,32 +375,34 @@ def fanout_cursor(*, node: str) -> int:
     return found[0] if found else 0
 
 
-def entry_to_event(entry: QueueEntry) -> dict[str, Any]:
+def entry_to_event(held: HeldEntry) -> dict[str, Any]:
     """Return the public event object of a queued entry (without session fields)."""
+    entry, event = held
     return {
-        "id": entry.event_id,
+        "id": event.event_id,
         "seq": entry.seq,
-        "region": entry.region,
-        "key": entry.key,
-        "op": entry.op,
-        "value": entry.value,
-        "version": entry.version,
-        "ts": format_ts(entry.ts),
+        "region": event.region,
+        "key": event.key,
+        "op": event.op,
+        "value": event.value,
+        "version": event.version,
+        "ts": format_ts(event.ts),
         **({} if entry.cq is None else {"cq": entry.cq}),
     }
 
 
-def entry_to_copy(entry: QueueEntry) -> dict[str, Any]:
+def entry_to_copy(held: HeldEntry) -> dict[str, Any]:
     """One queued entry as plain JSON, for copying it to another host."""
+    entry, event = held
     return {
         "seq": entry.seq,
-        "event_id": entry.event_id,
-        "region": entry.region,
-        "key": entry.key,
-        "op": entry.op,
-        "value": entry.value,
-        "version": entry.version,
-        "ts": entry.ts.isoformat(),
+        "event_id": event.event_id,
+        "region": event.region,
+        "key": event.key,
+        "op": event.op,
+        "value": event.value,
+        "version": event.version,
+        "ts": event.ts.isoformat(),
         "conflates": entry.conflates,
         # Only when the row names a CQ (``_entry_from_copy`` reads it so).
         **({} if entry.cq is None else {"cq": entry.cq}),

@@ -84,6 +84,37 @@ def connected_client(
     return client
 
 
+def queue_row(queue, seq, *, event_id=None, ts=None, value=None, version=1, **row):
+    """A queue row of ``queue`` (a QueueState) at ``seq`` and the event it
+    names (stored once: a second queue's row of the same seq shares it).
+    ``row``: the row's ``region``, ``key``, ``op``, ``conflates``, ``cq``."""
+    import uuid
+
+    from queues.models import QueuedEvent, QueueEntry
+
+    QueuedEvent.objects.get_or_create(
+        seq=seq,
+        defaults={
+            "event_id": event_id or uuid.uuid4().hex,
+            "region": row.get("region", "r"),
+            "key": row.get("key"),
+            "op": row.get("op", "create"),
+            "value": value,
+            "version": version,
+            "ts": ts or timezone.now(),
+        },
+    )
+    return QueueEntry.objects.create(queue=queue, seq=seq, **row)
+
+
+def queued_rows(client_id):
+    """A client's queue rows in this node store, each with its event (the
+    row's seq, conflates and cq, the event's fields), in seq order."""
+    from queues.selectors import queue_entries_after
+
+    return queue_entries_after(client_id=client_id, after=0, limit=1_000_000)
+
+
 def queued_seqs(client_id):
     """The seqs queued for a client in this node store, in order."""
     from queues.models import QueueEntry

@@ -5,8 +5,9 @@ cluster's only for which regions conflate). Callers import the package
 (``from queues import services as queue_services``); the modules are by
 topic: ``queues`` (a queue as a whole), ``append`` (the fan-out's appends
 and conflation), ``acks`` (acks and delivery marks), ``copies`` (copies
-filled from another host), ``cursor`` (the fan-out cursor), ``store``
-(shared statement helpers).
+filled from another host), ``cursor`` (the fan-out cursor), ``events``
+(the events the queues hold, once per node), ``store`` (shared statement
+helpers).
 
 Delivery rules (seq, ack, replay, conflation): docs/protocol.md#delivery.
 """
@@ -26,6 +27,7 @@ from queues.services.cursor import (
     cursor_move,
     cursor_read_locked,
 )
+from queues.services.events import queued_events_prune
 from queues.services.queues import (
     node_store_vacuum,
     queue_drop,
@@ -58,4 +60,5 @@ __all__ = [
     "queue_ensure",
     "queue_forget_cq",
     "queue_reset_delivery",
+    "queued_events_prune",
 ]

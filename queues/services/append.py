@@ -13,8 +13,9 @@ from django.db import connections
 
 from cache.selectors import LoggedEvent
 from common import sql
-from queues.models import QueueEntry, QueueState
+from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
+from queues.services.events import events_store
 from queues.services.queues import classify_updates
 from queues.services.store import STATE_PK, state_pk, table
 
@@ -100,7 +101,7 @@ def queue_append_many(
                 and _all_plain(added, before[1], state.size)
             ):
                 plain[state.client_id] = (before[0], [row[1] for row in added])
-    _insert_entries(rows)
+    _insert_entries(rows, prepared)
     _save_heads(changed)
     return heads
 
@@ -138,53 +139,62 @@ def _align_modes(
             state.conflate = mode
 
 
-# The fan-out's two hot statements are SQL (sql.insert_rows and
+# The fan-out's hot statements are SQL (sql.insert_rows and
 # sql.update_rows), not bulk_create and bulk_update, whose per-value
 # expressions and CASE per row cost more to compile than to run
 # (docs/decisions/0010-hot-statements-in-sql.md).
 _ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
-# Rows are [queue, *LoggedEvent up to its version, ts, conflates].
-_ROW_COLUMNS = [
-    "queue",
-    *LoggedEvent._fields[:5],
-    "value",
-    "version",
-    "ts",
-    "conflates",
-    "cq",
-]
+# Queue rows are [queue, seq, region, key, op, conflates, cq].
+_ROW_COLUMNS = ["queue", *LoggedEvent._fields[:1], *LoggedEvent._fields[2:5]]
+_ROW_COLUMNS += ["conflates", "cq"]
 assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 
 class _PreparedEvents:
-    """Each logged event's column values in database form, computed once
-    per batch: one event fans out to many queues, and a QueueEntry per
-    queue (model init, signals, per-field adaptation) costs more than its
-    row's insert. The value is the log's JSON text as it is; only the
-    timestamp is adapted, once per distinct one (a putall's events share
-    theirs)."""
+    """Each logged event's queue-row columns (seq, region, key, op),
+    computed once per batch, and the ``QueuedEvent`` rows of the events
+    appended to at least one queue, in database form: one event fans out
+    to many queues, and a model instance per row (init, signals,
+    per-field adaptation) costs more than its insert. The value is the
+    log's JSON text as it is; only the timestamp is adapted, once per
+    distinct one (a putall's events share theirs)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.done: dict[int, list[Any]] = {}
-        self._ts_field = QueueEntry._meta.get_field("ts")
+        self.stored: dict[int, list[Any]] = {}
+        self._ts_field = QueuedEvent._meta.get_field("ts")
         self._ts: tuple[Any, Any] = (None, None)
 
     def __call__(self, event: LoggedEvent) -> list[Any]:
         values = self.done.get(event.seq)
         if values is None:
-            raw, prepared = self._ts
-            if event.ts is not raw:
-                prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
-                self._ts = (event.ts, prepared)
-            values = [*event[:7], prepared]
-            self.done[event.seq] = values
+            values = self.done[event.seq] = [event[0], *event[2:5]]
         return values
 
+    def kept(self, seqs: set[int]) -> list[list[Any]]:
+        """The ``QueuedEvent`` rows of the events among ``seqs`` that were
+        prepared, in seq order."""
+        return [self.stored[seq] for seq in sorted(seqs) if seq in self.stored]
 
-def _insert_entries(rows: list[list[Any]]) -> None:
-    """Insert queue entries given as column values [queue, *event fields]."""
-    sql.insert_rows(connections[NODE_STORE], QueueEntry, _ENTRY_FIELDS, rows)
+    def store(self, event: LoggedEvent) -> None:
+        if event.seq in self.stored:
+            return
+        raw, prepared = self._ts
+        if event.ts is not raw:
+            prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
+            self._ts = (event.ts, prepared)
+        self.stored[event.seq] = [*event[:7], prepared]
+
+
+def _insert_entries(rows: list[list[Any]], prepared: _PreparedEvents) -> None:
+    """Insert queue rows given as column values [queue, seq, ...], and the
+    events they name that this node does not hold yet."""
+    if not rows:
+        return
+    connection = connections[NODE_STORE]
+    events_store(connection, prepared.kept({row[1] for row in rows}), new=True)
+    sql.insert_rows(connection, QueueEntry, _ENTRY_FIELDS, rows)
 
 
 @dataclass
@@ -337,6 +347,7 @@ def _append(
         new.append(
             [queue, *prepared(event), conflates, None if cq is None else cq.text]
         )
+        prepared.store(event)
         size += 1
     if not new:
         return None

@@ -1,18 +1,21 @@
 """Copies of a client's queue on this node, filled page by page from a
 host that holds a complete one (``clients.replication`` moves the pages)."""
 
+import json
 import uuid
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connections, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from cache.selectors import region_names_conflating
-from queues.models import QueueEntry, QueueState
+from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.cursor import cursor_lock
+from queues.services.events import events_store
 from queues.services.queues import classify_updates
 
 
@@ -62,8 +65,14 @@ def queue_copy_in(*, client_id: uuid.UUID, page: dict[str, Any]) -> bool | None:
     meanwhile, or complete already: a page that arrives twice is harmless).
     Entries at or below what the copy has acknowledged are skipped, and so
     are entries already present, so pages may repeat or overlap.
+
+    Under this node's fan-out cursor lock, as the fan-out appends: the
+    events the page's rows name are stored here if they are not
+    (``events_store``), and the tick's prune, under the same lock, cannot
+    delete one between.
     """
     with transaction.atomic(using=NODE_STORE):
+        cursor_lock(settings.DURABLECACHE_NODE_NAME)
         state = QueueState.objects.select_for_update().filter(pk=client_id).first()
         if state is None:
             return None
@@ -101,9 +110,11 @@ def _store_missing(state: QueueState, wanted: list[dict[str, Any]]) -> int:
             queue=state, seq__gte=wanted[0]["seq"], seq__lte=wanted[-1]["seq"]
         ).values_list("seq", flat=True)
     )
-    rows = [_entry_from_copy(state, e) for e in wanted if e["seq"] not in present]
-    QueueEntry.objects.bulk_create(rows)
-    return len(rows)
+    missing = [e for e in wanted if e["seq"] not in present]
+    connection = connections[NODE_STORE]
+    events_store(connection, [_event_from_copy(e, connection) for e in missing])
+    QueueEntry.objects.bulk_create([_entry_from_copy(state, e) for e in missing])
+    return len(missing)
 
 
 def _ack_locked(state: QueueState, up_to: int) -> int:
@@ -154,20 +165,34 @@ def _conflate_copied(state: QueueState) -> int:
     return int(superseded.delete()[0])
 
 
-def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
+_TS = QueuedEvent._meta.get_field("ts")
+
+
+def _event_from_copy(data: dict[str, Any], connection: Any) -> list[Any]:
+    """A copied entry's event as a ``QueuedEvent`` row in database form."""
     ts = parse_datetime(data["ts"])
     if ts is None:
         raise ValueError(f"bad timestamp in a queue copy: {data['ts']!r}")
+    value = data["value"]
+    return [
+        data["seq"],
+        data["event_id"],
+        data["region"],
+        data["key"],
+        data["op"],
+        None if value is None else json.dumps(value),
+        data["version"],
+        _TS.get_db_prep_save(ts, connection),
+    ]
+
+
+def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
     return QueueEntry(
         queue=state,
         seq=data["seq"],
-        event_id=data["event_id"],
         region=data["region"],
         key=data["key"],
         op=data["op"],
-        value=data["value"],
-        version=data["version"],
-        ts=ts,
         # A page without the field (from a node that does not send it): an
         # update may conflate unless the queue never does (in mode "server"
         # its region decides, which the page does not say; a mark too many

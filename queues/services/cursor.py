@@ -8,7 +8,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from common import sql
-from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 
 
@@ -112,6 +112,7 @@ def cursor_init(*, node: str, head: int, oldest: int | None) -> int:
             return 0
         dropped = QueueState.objects.count()
         QueueEntry.objects.all().delete()
+        QueuedEvent.objects.all().delete()
         QueueState.objects.all().delete()
         cursor.fanout_through = head
         cursor.save(update_fields=["fanout_through", "updated_at"])

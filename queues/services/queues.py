@@ -10,7 +10,7 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Q, Value
 
 from cache.selectors import region_names_conflating
 from common import sql
-from queues.models import QueueEntry, QueueState
+from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
 from queues.services.store import state_pk, table
 
@@ -136,4 +136,6 @@ def node_store_vacuum() -> list[str]:
     every queued event is a row inserted, then deleted once acked, and
     every append or ack rewrites its queue's head (``sql.vacuum_bloated``;
     PostgreSQL only). The tables vacuumed."""
-    return sql.vacuum_bloated(connections[NODE_STORE], [QueueEntry, QueueState])
+    return sql.vacuum_bloated(
+        connections[NODE_STORE], [QueueEntry, QueuedEvent, QueueState]
+    )

@@ -15,7 +15,7 @@ from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueEntry
 from queues.services import copies
-from tests.helpers import connected_client
+from tests.helpers import connected_client, queued_rows
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -326,7 +326,7 @@ def test_a_mode_turned_conflating_while_away_conflates_update_only_cq_rows(
         ("create", "update"),
         ("update", "update"),  # qty 9; qty 8's row conflated away
     ]
-    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 9]
+    assert [r.value["qty"] for r in queued_rows(client.id)] == [7, 9]
     assert _size(client) == 2
 
 
@@ -340,7 +340,7 @@ def test_a_mode_turned_non_conflating_while_away_keeps_every_update(user, region
     _hello_as(user, "c", conflate=False)
     cache_services.entry_put(region="prices", key="k", value={"qty": 9})
     fanout.fanout_node("node-1")
-    assert [r.value["qty"] for r in QueueEntry.objects.order_by("seq")] == [7, 8, 9]
+    assert [r.value["qty"] for r in queued_rows(client.id)] == [7, 8, 9]
     assert not QueueEntry.objects.filter(conflates=True).exists()
 
 

@@ -23,7 +23,7 @@ from clients.models import (
     QueueSizeReport,
 )
 from queues import notify
-from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -40,6 +40,7 @@ OURS = [
     QueueSizeReport,
     QueueState,
     QueueEntry,
+    QueuedEvent,
     FanoutCursor,
 ]
 
@@ -116,6 +117,7 @@ def world(user, region):
         "lost": lost,
         "state": QueueState.objects.get(pk=client.id),
         "queue_entry": QueueEntry.objects.get(queue_id=client.id),
+        "queued_event": QueuedEvent.objects.get(key="apple"),
         "cursor": FanoutCursor.objects.get(node="node-1"),
         "event": Event.objects.get(key="apple"),
         "log": EventLog.objects.get(pk=1),
@@ -148,6 +150,7 @@ CHANGELISTS = [
     (QueueSizeReport, "orders", {"node": "node-1"}, "orders"),
     (QueueState, "orders", {"is_synced__exact": "1"}, "orders"),
     (QueueEntry, "apple", {"op": "create"}, "apple"),
+    (QueuedEvent, "apple", {"op": "create"}, "apple"),
     (
         FanoutCursor,
         "node",
@@ -222,7 +225,7 @@ def test_system_written_rows_cannot_be_deleted(browser, world):
 
 
 def test_queue_pages_say_they_show_this_nodes_store(browser, world):
-    for model in (QueueState, QueueEntry, FanoutCursor):
+    for model in (QueueState, QueueEntry, QueuedEvent, FanoutCursor):
         assert "store of node node-1 (this node only" in body(browser.get(url(model)))
 
 

@@ -13,8 +13,8 @@ from clients.matching import parse_selector
 from clients.models import DurableClient
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import QueueEntry, QueueState
-from tests.helpers import hello
+from queues.models import QueueState
+from tests.helpers import hello, queued_rows
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -63,11 +63,7 @@ def test_a_conflating_queue_keeps_the_create_and_the_last_update(user):
 
 def _flags(client_id):
     """Each queued row as (region, op, version, conflates), in seq order."""
-    return list(
-        QueueEntry.objects.filter(queue_id=client_id)
-        .order_by("seq")
-        .values_list("region", "op", "version", "conflates")
-    )
+    return [(r.region, r.op, r.version, r.conflates) for r in queued_rows(client_id)]
 
 
 def _interested(client, *regions):

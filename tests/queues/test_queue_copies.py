@@ -15,7 +15,8 @@ from cache.models import Event
 from cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
-from queues.models import FanoutCursor, QueueEntry, QueueState
+from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
+from tests.helpers import queued_rows
 
 pytestmark = pytest.mark.django_db(databases=["default", "node"])
 
@@ -71,10 +72,17 @@ def adopt(client_id=None, *, source="node-2", durable_id="copy", conflate="false
 
 
 def rows(client_id):
-    return list(
-        QueueEntry.objects.filter(queue_id=client_id)
-        .order_by("seq")
-        .values_list("seq", "event_id")
+    return [(r.seq, r.event_id) for r in queued_rows(client_id)]
+
+
+_EVENT_FIELDS = ("seq", "event_id", "region", "key", "op", "value", "version", "ts")
+
+
+def held(e):
+    """An entry dict as a queue row with its event, as a source reads it."""
+    row = QueueEntry(seq=e["seq"], region=e["region"], key=e["key"], op=e["op"])
+    return queue_selectors.HeldEntry(
+        row, QueuedEvent(**{k: e[k] for k in _EVENT_FIELDS})
     )
 
 
@@ -83,7 +91,7 @@ def page(entries, *, acked_through=0, next_after=0, done=False):
         "durable_id": "copy",
         "conflate": "false",
         "acked_through": acked_through,
-        "entries": [queue_selectors.entry_to_copy(QueueEntry(**e)) for e in entries],
+        "entries": [queue_selectors.entry_to_copy(held(e)) for e in entries],
         "next_after": next_after,
         "done": done,
     }
@@ -335,12 +343,10 @@ def test_page_round_trip_yields_the_same_queue():
     assert copied.size == original.size == 5
     assert copied.acked_through == original.acked_through == 5
     assert copied.durable_id == original.durable_id == "src"
-    fields = ("region", "key", "op", "value", "version", "ts")
-    assert list(
-        QueueEntry.objects.filter(queue_id=target).order_by("seq").values(*fields)
-    ) == list(
-        QueueEntry.objects.filter(queue_id=source).order_by("seq").values(*fields)
-    )
+    fields = ("region", "key", "op", "value", "version", "ts", "conflates", "cq")
+    assert [[getattr(r, f) for f in fields] for r in queued_rows(target)] == [
+        [getattr(r, f) for f in fields] for r in queued_rows(source)
+    ]
 
 
 def test_queue_ack_many_acks_each_queue_and_counts_dropped_rows():

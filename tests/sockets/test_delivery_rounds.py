@@ -18,6 +18,7 @@ from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import QueueEntry, QueueState
 from sockets import delivery_rounds
+from tests.helpers import queue_row
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
 
@@ -29,16 +30,13 @@ def _queue(n_events: int, *, conflates: bool = False) -> uuid.UUID:
         client_id=client_id, conflate="true" if conflates else "false"
     )
     for seq in range(1, n_events + 1):
-        QueueEntry.objects.create(
-            queue=state,
-            seq=seq,
-            event_id=uuid.uuid4().hex,
+        queue_row(
+            state,
+            seq,
             region="r",
             key=f"k{seq}",
             op="update" if conflates else "create",
             value={"n": seq},
-            version=1,
-            ts=timezone.now(),
             conflates=conflates,
         )
     state.last_seq = state.size = n_events
@@ -355,9 +353,9 @@ def _queues_of_the_same_events(n_queues: int, when) -> list[uuid.UUID]:
     for _ in range(n_queues):
         state = QueueState.objects.create(client_id=uuid.uuid4(), conflate="false")
         for seq, event_id in events:
-            QueueEntry.objects.create(
-                queue=state,
-                seq=seq,
+            queue_row(
+                state,
+                seq,
                 event_id=event_id,
                 region="r",
                 key="k",
