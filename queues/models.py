@@ -70,9 +70,18 @@ class QueueEntry(models.Model):
 
     # No index of its own: the unique (queue, seq) one serves every lookup
     # by queue, and a second one would cost each event a page write per
-    # queue it is appended to (migration 0004).
+    # queue it is appended to (migration 0004). No constraint in the
+    # database either: its check per row inserted (a lookup of the head
+    # and, on PostgreSQL, a row lock) cost as much as the row itself
+    # (docs/decisions/0029-events-stored-once-per-node.md). Every writer
+    # of rows holds the head's lock (the fan-out's ``_lock_heads``, a
+    # copy's page, a drop), so no row outlives its head.
     queue = models.ForeignKey(
-        QueueState, on_delete=models.CASCADE, related_name="+", db_index=False
+        QueueState,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
     seq = models.BigIntegerField()
     region = models.CharField(max_length=128)

@@ -93,8 +93,9 @@ def _drop_locked(client_id: uuid.UUID, created_at: Any = None) -> bool:
     The head row is locked first, as the fan-out locks it to append: an
     append in flight commits before the entries are deleted (they go too),
     one that comes later finds no queue. Without the lock an append
-    committed in between would reference a deleted head, and the drop
-    would fail at commit (foreign key). In SQL rather than the ORM's
+    committed in between would leave rows of a deleted head (the rows'
+    ``queue`` has no foreign-key constraint: every writer of rows holds
+    its head's lock instead, ``QueueEntry.queue``). In SQL rather than the ORM's
     delete, which collects the related rows first: every ``close`` drops
     a queue, and closes come in storms
     (docs/decisions/0010-hot-statements-in-sql.md).
