@@ -5,10 +5,10 @@ Appends ``--events`` events (1,000 a transaction, as a fan-out pass) to
 ``synchronous=NORMAL``, as the node store) and, with ``--pg URL`` (a
 server where a scratch database may be created and dropped), on
 PostgreSQL by ``COPY`` as the fan-out writes: ``wide``, a row per queue
-copying the whole event (before decision 0029); ``narrow-fk``, the event
-stored once and a narrow row per queue with a foreign key to its head
-(``queues.0006``); ``narrow``, the same without the constraint
-(``queues.0007``). Prints events/s, wall and server CPU per queue row and
+copying the whole event, with a foreign key to its head (before decision
+0029); ``narrow-fk``, the event stored once and a narrow row per queue
+with that foreign key (``queues.0006``); ``narrow``, the same without the
+constraint (``queues.0007``). Prints events/s, wall and server CPU per queue row and
 bytes per event. No Django: the statements only.
 """
 
@@ -30,7 +30,7 @@ SHAPES = ("wide", "narrow-fk", "narrow")
 VALUE = json.dumps({"n": 12345, "name": "some value here"})
 EVENT_COLUMNS = "seq, event_id, region, key, op, value, version, ts"
 WIDE = (
-    "CREATE TABLE e (id {serial} PRIMARY KEY, queue_id {uuid} NOT NULL,"
+    "CREATE TABLE e (id {serial} PRIMARY KEY, queue_id {uuid} NOT NULL{fk},"
     " seq bigint NOT NULL, event_id varchar(32) NOT NULL, region varchar(128)"
     ' NOT NULL, "key" varchar(512), op varchar(16) NOT NULL, value {json},'
     " version bigint, ts {ts} NOT NULL, conflates bool NOT NULL, cq {json})"
@@ -63,7 +63,7 @@ def _schema(shape: str, types: dict[str, str]) -> list[str]:
     fk = " REFERENCES s (client_id) DEFERRABLE INITIALLY DEFERRED"
     statements = ["CREATE TABLE s (client_id {uuid} PRIMARY KEY)".format(**types)]
     if shape == "wide":
-        statements.append(WIDE.format(**types))
+        statements.append(WIDE.format(fk=fk, **types))
     else:
         statements.append(EVENTS.format(**types))
         statements.append(NARROW.format(fk=fk if shape == "narrow-fk" else "", **types))
