@@ -116,3 +116,20 @@ def rss_settled(proc: psutil.Process, settle: float = 1.5) -> int:
     """RSS after letting the process settle (a few samples, the last one)."""
     time.sleep(settle)
     return int(proc.memory_info().rss)
+
+
+def postgres_cpu() -> float:
+    """CPU seconds (user + system) of this machine's PostgreSQL processes,
+    the server's and its backends' (a backend that has exited is not
+    counted)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if (proc.info["name"] or "").startswith("postgres"):
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+    return total

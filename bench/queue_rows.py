@@ -22,9 +22,7 @@ import time
 import uuid
 from typing import Any
 
-import psutil
-
-from bench.common import out
+from bench.common import out, postgres_cpu
 
 SHAPES = ("wide", "narrow-fk", "narrow")
 VALUE = json.dumps({"n": 12345, "name": "some value here"})
@@ -138,7 +136,7 @@ def run_postgres(url: str, shape: str, events: int, queues: int) -> dict[str, An
                 copy.write_row((q,))
         conn.commit()
         ts = datetime.datetime.now(datetime.UTC)
-        cpu = _server_cpu()
+        cpu = postgres_cpu()
         start = time.perf_counter()
         cursor = conn.cursor()
         for first in range(1, events + 1, 1000):
@@ -160,7 +158,7 @@ def run_postgres(url: str, shape: str, events: int, queues: int) -> dict[str, An
                             copy.write_row(_narrow(q, ev))
             conn.commit()
         wall = time.perf_counter() - start
-        server = _server_cpu() - cpu
+        server = postgres_cpu() - cpu
         row = conn.execute(
             "SELECT pg_total_relation_size('e')"
             " + coalesce(pg_total_relation_size(to_regclass('v')), 0)"
@@ -171,18 +169,6 @@ def run_postgres(url: str, shape: str, events: int, queues: int) -> dict[str, An
         admin.execute("DROP DATABASE IF EXISTS bench_queue_rows")
         admin.close()
     return _result(shape, events, queues, wall, server, size)
-
-
-def _server_cpu() -> float:
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if (proc.info["name"] or "").startswith("postgres"):
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-    return total
 
 
 def _result(

@@ -8,8 +8,9 @@ the CPU of each node's processes (on PostgreSQL, the server's too), the
 queue rows and the bytes of the node stores' queue tables. Mosquitto, in
 the same run: the same fills into 1 and 10 persistent sessions, its
 events/s and CPU. The difference between the two fills divided by the
-extra subscribers is the cost per extra subscriber per event (docs/performance.md, "Cost per subscriber").
-The ``DURABLECACHE_*`` URLs of the environment select PostgreSQL and Redis.
+extra subscribers is the cost per extra subscriber per event
+(docs/performance.md, "Many subscribers"). The ``DURABLECACHE_*`` URLs
+of the environment select PostgreSQL and Redis.
 """
 
 import argparse
@@ -25,7 +26,7 @@ from typing import Any
 import psutil
 
 from bench import dc, mqtt
-from bench.common import Rest, first_node, out
+from bench.common import Rest, first_node, out, postgres_cpu
 from bench.live import _cpu
 from tests.integration.harness import Cluster, free_port
 
@@ -68,15 +69,7 @@ def _server_cpu(cluster: Cluster) -> dict[str, float]:
     work; a backend that exits during a fill takes its share with it."""
     if not cluster.pg_databases:
         return {}
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if (proc.info["name"] or "").startswith("postgres"):
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-    return {"postgres server": total}
+    return {"postgres server": postgres_cpu()}
 
 
 def fill(

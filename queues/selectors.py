@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
-from cache.events import format_ts
+from cache.events import event_to_dict, format_ts
 from common import sql
 from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
@@ -378,15 +378,11 @@ def fanout_cursor(*, node: str) -> int:
 def entry_to_event(held: HeldEntry) -> dict[str, Any]:
     """Return the public event object of a queued entry (without session fields)."""
     entry, event = held
+    fields = event_to_dict(event)
     return {
-        "id": event.event_id,
+        "id": fields.pop("id"),
         "seq": entry.seq,
-        "region": event.region,
-        "key": event.key,
-        "op": event.op,
-        "value": event.value,
-        "version": event.version,
-        "ts": format_ts(event.ts),
+        **fields,
         **({} if entry.cq is None else {"cq": entry.cq}),
     }
 
