@@ -57,13 +57,28 @@ def queue_entries_after(
 ) -> list[HeldEntry]:
     """A queue's rows after ``after`` (through ``through``), in seq order,
     each with its event (two queries; for the API, the dashboard and
-    copies, not the delivery loop)."""
+    copies, not the delivery loop).
+
+    An event is pruned only once no row names it, so an event missing
+    here means its row went between the two queries (acked or dropped):
+    the rows are read again, which no longer holds it."""
     qs = QueueEntry.objects.filter(queue_id=client_id, seq__gt=after)
     if through is not None:
         qs = qs.filter(seq__lte=through)
-    entries = list(qs.order_by("seq")[:limit])
-    events = QueuedEvent.objects.in_bulk([e.seq for e in entries])
-    return [HeldEntry(e, events[e.seq]) for e in entries]
+    for _ in range(READ_AGAIN):
+        entries = list(qs.order_by("seq")[:limit])
+        events = QueuedEvent.objects.in_bulk([e.seq for e in entries])
+        missing = [e.seq for e in entries if e.seq not in events]
+        if not missing:
+            return [HeldEntry(e, events[e.seq]) for e in entries]
+    raise RuntimeError(
+        f"queue rows of {client_id} name events this node does not hold: {missing}"
+    )
+
+
+# How many times ``queue_entries_after`` reads a queue whose rows went
+# while it read their events before it takes the node store for broken.
+READ_AGAIN = 3
 
 
 # An event's columns (of its ``QueuedEvent``), then the queue row's seq,
