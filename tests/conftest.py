@@ -259,3 +259,15 @@ def wake_redis(redis_server, settings, monkeypatch):
     monkeypatch.setattr(notify, "_wake_redis", {"pid": 0, "client": None})
     monkeypatch.setattr(notify, "_wake_broken_until", [0.0])
     return redis_server
+
+
+@pytest.fixture
+def counters_flush(monkeypatch):
+    """The node counters' flush, for the test alone to call: meanwhile the
+    process's background flush (``counters.Counter._run``) does nothing.
+    That thread has a connection of its own, which does not see the
+    test's uncommitted node rows: its UPDATE would take the tallies and
+    match no row, and the test's flush would then find none."""
+    counter = counters.counter
+    monkeypatch.setattr(counter, "flush", lambda: None)
+    return lambda: type(counter).flush(counter)

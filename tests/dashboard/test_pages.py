@@ -14,7 +14,6 @@ from django.conf import settings
 from django.test import Client as DjangoClient
 from django.utils import timezone
 
-from cache import counters
 from cache import selectors as cache_selectors
 from cache import services as cache_services
 from cache.models import Entry, Event, Node, Region
@@ -417,7 +416,9 @@ def test_overview_lists_nodes_with_their_status_and_numbers(user, op, region):
     assert rows[HERE][6:8] == ["0", "http://127.0.0.1:8000"]
 
 
-def test_overview_counts_clients_with_a_gap_and_each_nodes_overflows(user, op, region):
+def test_overview_counts_clients_with_a_gap_and_each_nodes_overflows(
+    user, op, region, counters_flush
+):
     """Two queues overflow on node-1 (one resynced since: its gap is gone,
     its overflow still counted); node-2 counted one before."""
     cache_services.node_register(name=HERE, url="http://127.0.0.1:8000")
@@ -429,7 +430,7 @@ def test_overview_counts_clients_with_a_gap_and_each_nodes_overflows(user, op, r
         disconnect(client.client, f"ch-{durable_id}")
     cache_services.entry_putall(region="prices", entries={"a": 1, "b": 2})
     fanout.fanout_node(HERE)
-    counters.counter.flush()  # what a node's process does every FLUSH_S
+    counters_flush()  # what a node's process does every FLUSH_S
     assert DurableClient.objects.filter(gap_since__isnull=False).count() == 2
     DurableClient.objects.filter(durable_id="d2").update(gap_since=None)
     page = dom(op.get("/dashboard/"))
