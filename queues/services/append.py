@@ -151,18 +151,20 @@ assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 
 class _PreparedEvents:
-    """Each logged event's queue-row columns (seq, region, key, op),
-    computed once per batch, and the ``QueuedEvent`` rows of the events
-    appended to at least one queue, in database form: one event fans out
-    to many queues, and a model instance per row (init, signals,
-    per-field adaptation) costs more than its insert. The value is the
-    log's JSON text as it is; only the timestamp is adapted, once per
-    distinct one (a putall's events share theirs)."""
+    """Each logged event's queue-row columns (seq, region, key, op) and its
+    ``QueuedEvent`` row in database form, both computed once per batch:
+    one event fans out to many queues, and a model instance per row
+    (init, signals, per-field adaptation) costs more than its insert. The
+    value is the log's JSON text as it is; only the timestamp is adapted,
+    once per distinct one (a putall's events share theirs). An event
+    prepared for a row that is not inserted after all (conflated away
+    within the batch, or an overflowed queue's) is stored all the same,
+    and pruned with the events no row names."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.done: dict[int, list[Any]] = {}
-        self.stored: dict[int, list[Any]] = {}
+        self.stored: list[list[Any]] = []
         self._ts_field = QueuedEvent._meta.get_field("ts")
         self._ts: tuple[Any, Any] = (None, None)
 
@@ -170,30 +172,21 @@ class _PreparedEvents:
         values = self.done.get(event.seq)
         if values is None:
             values = self.done[event.seq] = [event[0], *event[2:5]]
+            raw, prepared = self._ts
+            if event.ts is not raw:
+                prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
+                self._ts = (event.ts, prepared)
+            self.stored.append([*event[:7], prepared])
         return values
-
-    def kept(self, seqs: set[int]) -> list[list[Any]]:
-        """The ``QueuedEvent`` rows of the events among ``seqs`` that were
-        prepared, in seq order."""
-        return [self.stored[seq] for seq in sorted(seqs) if seq in self.stored]
-
-    def store(self, event: LoggedEvent) -> None:
-        if event.seq in self.stored:
-            return
-        raw, prepared = self._ts
-        if event.ts is not raw:
-            prepared = self._ts_field.get_db_prep_save(event.ts, self.connection)
-            self._ts = (event.ts, prepared)
-        self.stored[event.seq] = [*event[:7], prepared]
 
 
 def _insert_entries(rows: list[list[Any]], prepared: _PreparedEvents) -> None:
-    """Insert queue rows given as column values [queue, seq, ...], and the
-    events they name that this node does not hold yet."""
+    """Insert queue rows given as column values [queue, seq, ...], after
+    the events they name (new here: they are after the fan-out cursor)."""
     if not rows:
         return
     connection = connections[NODE_STORE]
-    events_store(connection, prepared.kept({row[1] for row in rows}), new=True)
+    events_store(connection, prepared.stored, new=True)
     sql.insert_rows(connection, QueueEntry, _ENTRY_FIELDS, rows)
 
 
@@ -347,7 +340,6 @@ def _append(
         new.append(
             [queue, *prepared(event), conflates, None if cq is None else cq.text]
         )
-        prepared.store(event)
         size += 1
     if not new:
         return None

@@ -24,7 +24,7 @@ assert [f.name for f in _EVENT_FIELDS] == [  # noqa: S101
 def events_store(
     connection: Any, rows: Sequence[Sequence[Any]], *, new: bool = False
 ) -> None:
-    """Store events (rows in database form, seq order) that are not here
+    """Store events (rows in database form) that are not here
     yet; those already held are left as they are (an event is the same
     wherever it comes from: the fan-out, or a copy's page).
 
