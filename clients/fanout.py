@@ -186,6 +186,7 @@ def fanout_node(node: str | None = None) -> int:
                 overflows=overflows,
                 plain=plain,
                 plain_for=plain_for,
+                read=events,
             )
             if overflows:
                 # Recorded in the cluster before this store commits: a

@@ -54,7 +54,7 @@ class QueueStateAdmin(NodeStoreAdmin[QueueState]):
 
 @admin.register(QueueEntry)
 class QueueEntryAdmin(NodeStoreAdmin[QueueEntry]):
-    list_display = ["queue", "seq", "op", "region", "key", "conflates"]
+    list_display = ["queue", "seq", "through", "op", "region", "key", "conflates"]
     list_filter = ["op", "region", "conflates"]
     list_select_related = ["queue"]
     search_fields = ["queue__durable_id", "region", "key"]

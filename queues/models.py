@@ -4,7 +4,10 @@ A node reads and writes only its own store; a copy on another host is
 filled by tasks (``clients.replication``). An event is stored once per
 node (``QueuedEvent``) and each queue that holds it has a narrow row
 naming it by seq (``QueueEntry``): a region with many subscribers costs a
-small row per subscriber, not a copy of the value. A field added to
+small row per subscriber, not a copy of the value; and one row stands
+for a run of a queue's plain events (``QueueEntry.through``), so a
+region with many subscribers costs a row per subscriber per fan-out
+pass, not per event. A field added to
 either must be added to the fan-out's rows (``queues.services.append``,
 columns in field order), ``queues.selectors``' reads and
 ``entry_to_event``, and the copy format (``queues.selectors.entry_to_copy``
@@ -62,11 +65,24 @@ class QueuedEvent(models.Model):
 
 
 class QueueEntry(models.Model):
-    """One queue's hold on one event (``QueuedEvent`` of the same seq).
+    """One queue's hold on the events (``QueuedEvent``) with seqs from
+    ``seq`` through ``through``: one event (``through`` = ``seq``), or a
+    run of plain events (a span).
 
-    ``region``, ``key`` and ``op`` repeat the event's: the queue's own
-    rules look rows up by them (conflation by key, a mode change's
-    reclassification of updates, a closed CQ's forget)."""
+    A span holds every event of the cluster log in its range: the fan-out
+    makes one of events it read one after another in one pass, all of
+    them appended to the queue, none that may conflate nor names a CQ
+    (``queues.services.append``). So every event this node stores with a
+    seq in the range is the queue's, and a read takes them all (``v.seq
+    BETWEEN e.seq AND e.through``). An ack cuts a span's front
+    (``queues.services.spans``); nothing else removes one event from it:
+    conflation, a closed CQ's forget and a copy's conflation remove rows
+    that may conflate or name a CQ, which a span never is. A change of
+    the queue's mode splits its spans into rows of one event first.
+
+    ``region``, ``key`` and ``op`` repeat the (first) event's: the queue's
+    own rules look rows up by them (conflation by key, a mode change's
+    reclassification of updates, a closed CQ's forget), never a span's."""
 
     # No index of its own: the unique (queue, seq) one serves every lookup
     # by queue, and a second one would cost each event a page write per
@@ -97,6 +113,8 @@ class QueueEntry(models.Model):
     # when none does. Judged once, by the fan-out that queued the row, and
     # copied with it, so every host and every replay carries the same list.
     cq = models.JSONField(null=True)
+    # The last seq the row holds: its own for one event, past it for a span.
+    through = models.BigIntegerField()
 
     class Meta:
         verbose_name_plural = "queue entries"
@@ -112,6 +130,8 @@ class QueueEntry(models.Model):
         ]
 
     def __str__(self) -> str:
+        if self.through != self.seq:
+            return f"{self.queue_id}#{self.seq}-{self.through}"
         return f"{self.queue_id}#{self.seq} {self.op}"
 
 

@@ -1,6 +1,7 @@
 """Reads of this node's store, shaped for the consumer and the API."""
 
 import functools
+import json
 import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -37,8 +38,10 @@ def queue_heads(*, client_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
 
 
 class HeldEntry(NamedTuple):
-    """A queue row with the event it names; reads as both (the row's seq,
-    ``conflates`` and ``cq``, the event's fields)."""
+    """One event a queue holds: a row of its own (a span's rows are made
+    one per event, each with the event's seq, region, key and op) and the
+    event; reads as both (the row's seq, ``conflates`` and ``cq``, the
+    event's fields)."""
 
     entry: QueueEntry
     event: QueuedEvent
@@ -55,38 +58,48 @@ _ROW_FIELDS = frozenset({"seq", "queue", "queue_id", "conflates", "cq"})
 def queue_entries_after(
     *, client_id: uuid.UUID, after: int, limit: int, through: int | None = None
 ) -> list[HeldEntry]:
-    """A queue's rows after ``after`` (through ``through``), in seq order,
-    each with its event (two queries; for the API, the dashboard and
-    copies, not the delivery loop).
-
-    An event is pruned only once no row names it, so an event missing
-    here means its row went between the two queries (acked or dropped):
-    the rows are read again, which no longer holds it."""
-    qs = QueueEntry.objects.filter(queue_id=client_id, seq__gt=after)
-    if through is not None:
-        qs = qs.filter(seq__lte=through)
-    for _ in range(READ_AGAIN):
-        entries = list(qs.order_by("seq")[:limit])
-        events = QueuedEvent.objects.in_bulk([e.seq for e in entries])
-        missing = [e.seq for e in entries if e.seq not in events]
-        if not missing:
-            return [HeldEntry(e, events[e.seq]) for e in entries]
-    raise RuntimeError(
-        f"queue rows of {client_id} name events this node does not hold: {missing}"
+    """A queue's events after ``after`` (through ``through``), in seq
+    order, each with its row (for the API, the dashboard and copies, not
+    the delivery loop: model instances). One statement: the rows and the
+    events they hold are read together."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    columns = ", ".join(
+        f"{t}.{quote(c)}" + (f" AS {quote('row_' + c)}" if t == _ENTRY else "")
+        for t, c in _HELD_COLUMNS
     )
+    statement, params = _read(connection, client_id, after, limit, through, columns)
+    got = QueuedEvent.objects.using(NODE_STORE).raw(statement, params)
+    held = []
+    for event in got:
+        cq = event.row_cq
+        entry = QueueEntry(
+            queue_id=client_id,
+            seq=event.seq,
+            region=event.region,
+            key=event.key,
+            op=event.op,
+            conflates=bool(event.row_conflates),
+            cq=json.loads(cq) if isinstance(cq, str) else cq,
+            through=event.seq,
+        )
+        held.append(HeldEntry(entry, event))
+    return held
 
 
-# How many times ``queue_entries_after`` reads a queue whose rows went
-# while it read their events before it takes the node store for broken.
-READ_AGAIN = 3
+# A held event's columns: the event's, then its row's (named apart).
+_HELD_COLUMNS = (
+    *(("v", f.column) for f in QueuedEvent._meta.concrete_fields),
+    ("e", "conflates"), ("e", "cq"),
+)  # fmt: skip
 
 
-# An event's columns (of its ``QueuedEvent``), then the queue row's seq,
+# An event's columns (of its ``QueuedEvent``), then the queue row's
 # ``conflates`` (read, not sent) and ``cq`` list (sent when not null), as
 # ``(table, column)`` in the order ``_events`` unpacks them.
 _EVENT, _ENTRY = "v", "e"
 _EVENT_COLUMNS = (
-    (_EVENT, "event_id"), (_ENTRY, "seq"), (_EVENT, "region"), (_EVENT, "key"),
+    (_EVENT, "event_id"), (_EVENT, "seq"), (_EVENT, "region"), (_EVENT, "key"),
     (_EVENT, "op"), (_EVENT, "value"), (_EVENT, "version"), (_EVENT, "ts"),
     (_ENTRY, "conflates"), (_ENTRY, "cq"),
 )  # fmt: skip
@@ -120,28 +133,102 @@ def _event_columns(vendor: str) -> str:
     )
 
 
+def _read(
+    connection: Any,
+    client_id: uuid.UUID,
+    after: int,
+    limit: int,
+    through: int | None,
+    columns: str,
+) -> tuple[str, list[Any]]:
+    """One queue's read: the statement selecting ``columns`` of its rows
+    (``e``) and their events (``v``) after ``after`` (through ``through``),
+    in seq order, at most ``limit``; and its parameters."""
+    queue = sql.uuid_param(client_id, connection)
+    params = _read_params(connection.vendor, queue, after, limit, through)
+    if connection.vendor == "postgresql":
+        return _pg_read_sql().format(columns=columns), params
+    return _read_sql(through is not None).format(columns=columns), params
+
+
+def _read_params(
+    vendor: str, queue: Any, after: int, limit: int, through: int | None
+) -> list[Any]:
+    """The parameters of ``_read_sql`` or ``_pg_read_sql``, in order."""
+    if vendor == "postgresql":
+        upto = _NO_BOUND if through is None else through
+        return [queue, queue, after, after, upto, limit, after, upto, limit, limit]
+    if through is None:
+        return [after, queue, queue, after, after, limit]
+    return [after, through, queue, queue, after, after, through, limit]
+
+
 @functools.cache
-def _joined(vendor: str) -> str:
-    """The queue rows (``e``) and the events they name (``v``)."""
+def _read_sql(bounded: bool) -> str:
+    """A queue's read in one statement, with ``{columns}`` to fill in.
+
+    A row that holds events after ``after`` starts at or after the last
+    row that starts at or below it (rows do not overlap): that lower bound
+    keeps the walk of the queue's index from the rows read before and not
+    acked yet. Each row's events are one range of their key, bounded by
+    one expression each way (two bounds on a side would let SQLite pick
+    the page's, and walk from it to each row). SQLite answers ``ORDER BY
+    e.seq, v.seq`` by the order of its loops (the rows by the queue's
+    index, each row's events by their key), with no sort, and stops at
+    the LIMIT."""
     connection = connections[NODE_STORE]
-    seq = connection.ops.quote_name("seq")
+    quote = connection.ops.quote_name
+    seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
+    entries = sql.table(QueueEntry, connection)
+    events = sql.table(QueuedEvent, connection)
+    last = f"min(e.{through}, %s)" if bounded else f"e.{through}"
+    upper = f" AND e.{seq} <= %s" if bounded else ""
+    return (
+        f"SELECT {{columns}} FROM {entries} e JOIN {events} v"  # noqa: S608
+        f" ON v.{seq} >= max(e.{seq}, %s + 1) AND v.{seq} <= {last}"
+        f" WHERE e.{queue} = %s AND e.{seq} >= (SELECT COALESCE(MAX(s.{seq}), 0)"
+        f" FROM {entries} s WHERE s.{queue} = %s AND s.{seq} <= %s)"
+        f" AND e.{through} > %s{upper}"
+        f" ORDER BY e.{seq}, v.{seq} LIMIT %s"
+    )
+
+
+def _pg_read(queue: str, after: str, upto: str, limit: str) -> str:
+    """PostgreSQL's form of a queue's read (``_read_sql``), with
+    ``{columns}`` to fill in and its bounds as SQL expressions
+    (placeholders, or the columns of a LATERAL's outer row).
+
+    The page's rows first, at most ``limit`` of them by the queue's index
+    (each holds an event of the page but maybe the last: rows do not
+    overlap), then each row's events as a LATERAL subquery on their key
+    with its own LIMIT. The planner does not know that the rows' order
+    gives the events', so it sorts what the two give: at most ``limit``
+    events per row, where a plain join would walk every row of the queue
+    and every event of a span before its sort."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    seq, queue_id, through = quote("seq"), quote("queue_id"), quote("through")
     entries = sql.table(QueueEntry, connection)
     events = sql.table(QueuedEvent, connection)
     return (
-        f"{entries} {_ENTRY} JOIN {events} {_EVENT} ON {_EVENT}.{seq} = {_ENTRY}.{seq}"
+        f"SELECT {{columns}} FROM (SELECT * FROM {entries} r0"  # noqa: S608
+        f" WHERE r0.{queue_id} = {queue}"
+        f" AND r0.{seq} >= (SELECT COALESCE(MAX(s.{seq}), 0) FROM {entries} s"
+        f" WHERE s.{queue_id} = {queue} AND s.{seq} <= {after})"
+        f" AND r0.{through} > {after} AND r0.{seq} <= {upto}"
+        f" ORDER BY r0.{seq} LIMIT {limit}) e CROSS JOIN LATERAL"
+        f" (SELECT w.* FROM {events} w WHERE w.{seq} >= GREATEST(e.{seq}, {after} + 1)"
+        f" AND w.{seq} <= LEAST(e.{through}, {upto})"
+        f" ORDER BY w.{seq} LIMIT {limit}) v"
+        f" ORDER BY e.{seq}, v.{seq} LIMIT {limit}"
     )
 
 
 @functools.cache
-def _events_sql(vendor: str, *, bounded: bool) -> str:
-    connection = connections[NODE_STORE]
-    quote = connection.ops.quote_name
-    seq, queue = f"{_ENTRY}.{quote('seq')}", f"{_ENTRY}.{quote('queue_id')}"
-    upper = f" AND {seq} <= %s" if bounded else ""
-    return (
-        f"SELECT {_event_columns(vendor)} FROM {_joined(vendor)}"  # noqa: S608
-        f" WHERE {queue} = %s AND {seq} > %s{upper} ORDER BY {seq} LIMIT %s"
-    )
+def _pg_read_sql() -> str:
+    """``_pg_read`` with placeholders, in the order of ``_read``'s
+    parameters."""
+    return _pg_read(*["%s"] * 4)
 
 
 def ts_text(ts: datetime | str) -> str:
@@ -187,16 +274,10 @@ def queue_events_after(
     another built: ``SubscriptionConsumer._send_rows``).
     """
     connection = connections[NODE_STORE]
-    queue_id = QueueEntry._meta.get_field("queue").get_db_prep_value(
-        client_id, connection
-    )
-    params: list[Any] = [queue_id, after]
-    if through is not None:
-        params.append(through)
-    params.append(limit)
-    sql = _events_sql(connection.vendor, bounded=through is not None)
+    columns = _event_columns(connection.vendor)
+    statement, params = _read(connection, client_id, after, limit, through, columns)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
     return _events(rows, {} if shared is None else shared)
 
@@ -259,8 +340,8 @@ def _read_chunk(
         for i, ((_, after, limit, through), queue_id) in enumerate(
             zip(reads, queue_ids, strict=True)
         ):
-            members.append(_member_sql(connection.vendor, through is not None, i))
-            params += [queue_id, after, *([] if through is None else [through]), limit]
+            members.append(_member_sql(through is not None, i))
+            params += _read_params(connection.vendor, queue_id, after, limit, through)
         statement = " UNION ALL ".join(members)
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -282,27 +363,25 @@ _NO_BOUND = 2**63 - 1
 def _lateral_sql() -> str:
     """PostgreSQL's form of a chunk of reads: one statement of the same text
     whatever the number of reads, the reads' bounds as arrays, each read a
-    LATERAL subquery on the queue's index. A UNION ALL of one member per
-    read changes text with every count of reads, so PostgreSQL would parse
-    and plan it afresh every round, at a cost growing with its members."""
-    connection = connections[NODE_STORE]
-    quote = connection.ops.quote_name
-    seq = f"{_ENTRY}.{quote('seq')}"
+    LATERAL subquery (``_pg_read``) on the queue's index. A UNION ALL of
+    one member per read changes text with every count of reads, so
+    PostgreSQL would parse and plan it afresh every round, at a cost
+    growing with its members."""
+    read = _pg_read("r.queue_id", "r.after", "r.upto", "r.lim")
     return (
-        f"SELECT r.i - 1 AS i, q.* FROM unnest("  # noqa: S608
+        "SELECT r.i - 1 AS i, q.* FROM unnest("  # noqa: S608
         "%s::uuid[], %s::bigint[], %s::bigint[], %s::integer[]"
         ") WITH ORDINALITY AS r(queue_id, after, upto, lim, i)"
-        f" CROSS JOIN LATERAL (SELECT {_event_columns('postgresql')}"
-        f" FROM {_joined('postgresql')}"
-        f" WHERE {_ENTRY}.{quote('queue_id')} = r.queue_id AND {seq} > r.after"
-        f" AND {seq} <= r.upto ORDER BY {seq} LIMIT r.lim) q"
+        f" CROSS JOIN LATERAL ({read.format(columns=_event_columns('postgresql'))}) q"
     )
 
 
 @functools.cache
-def _member_sql(vendor: str, bounded: bool, i: int) -> str:
-    """One read of a compound statement: its rows tagged with its index."""
-    return f"SELECT {i} AS i, q.* FROM ({_events_sql(vendor, bounded=bounded)}) q"  # noqa: S608
+def _member_sql(bounded: bool, i: int) -> str:
+    """One read of a compound statement (SQLite): its rows tagged with its
+    index."""
+    columns = f"{i} AS i, {_event_columns('sqlite')}"
+    return f"SELECT * FROM ({_read_sql(bounded).format(columns=columns)}) q{i}"  # noqa: S608
 
 
 def _events(

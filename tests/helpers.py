@@ -104,7 +104,9 @@ def queue_row(queue, seq, *, event_id=None, ts=None, value=None, version=1, **ro
             "ts": ts or timezone.now(),
         },
     )
-    return QueueEntry.objects.create(queue=queue, seq=seq, **row)
+    return QueueEntry.objects.create(
+        queue=queue, seq=seq, through=row.pop("through", seq), **row
+    )
 
 
 def queued_rows(client_id):
@@ -116,14 +118,9 @@ def queued_rows(client_id):
 
 
 def queued_seqs(client_id):
-    """The seqs queued for a client in this node store, in order."""
-    from queues.models import QueueEntry
-
-    return list(
-        QueueEntry.objects.filter(queue_id=client_id)
-        .order_by("seq")
-        .values_list("seq", flat=True)
-    )
+    """The seqs queued for a client in this node store, in order (a span's
+    each)."""
+    return [held.seq for held in queued_rows(client_id)]
 
 
 def node_row(

@@ -12,8 +12,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from common import sql
-from queues.models import QueueEntry, QueueState
+from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
+from queues.services.spans import covers, cut_sql
 from queues.services.store import (
     STATE_PK,
     commit_unflushed,
@@ -55,8 +56,8 @@ def queue_ack_and_mark_many(
     1. Lock every head the round changes in one statement, in client id
        order: the order the fan-out locks its batch in (``append``), so
        the two cannot deadlock.
-    2. Delete each ack's entries, counted per ack to keep the heads' sizes
-       exact (``_delete_acked``).
+    2. Drop each ack's events, counted per ack to keep the heads' sizes
+       exact (``_delete_acked``): a row may hold many (a span).
     3. ``read``, and mark what it read.
     4. Write every changed head at once (``sql.update_rows``).
     Statements in SQL: docs/decisions/0010-hot-statements-in-sql.md.
@@ -136,36 +137,38 @@ def _delete_acked(
     ranges: list[tuple[int, uuid.UUID, int, int]],
     count: int,
 ) -> list[int]:
-    """Delete the entries of each range (``_ack_ranges``); return the rows
-    dropped by each of the round's ``count`` acks.
+    """Drop the events of each range (``_ack_ranges``): delete the rows
+    that end in it and cut the span across its end (``spans``); return
+    the events dropped by each of the round's ``count`` acks.
 
-    On PostgreSQL one statement for the round: a DELETE per ack would be
-    a round trip each while the heads stay locked. On SQLite the ranges
-    are counted in one statement (per ``RANGES_PER_COUNT``), then deleted
-    in one ``executemany`` whose rowcount is only the total: a DELETE per
-    ack, in order, each from the head (the earlier ranges are gone
-    already). The round's transaction holds SQLite's write lock from its
-    start (``transaction_mode`` IMMEDIATE), so nothing changes between the
-    count and the deletes.
+    On PostgreSQL one statement for the round: a statement per ack would
+    be a round trip each while the heads stay locked. On SQLite the
+    ranges' events are counted in one statement (per
+    ``RANGES_PER_COUNT``), then each ack's rows deleted and cut in one
+    ``executemany`` each, in order. The round's transaction holds
+    SQLite's write lock from its start (``transaction_mode`` IMMEDIATE),
+    so nothing changes between the count and the deletes.
     """
     dropped = [0] * count
     if not ranges:
         return dropped
-    delete_one, delete_many = _ack_sql(connection.vendor)[1:]
     if connection.vendor == "postgresql":
         columns = zip(*ranges, strict=True)
         indexes, client_ids, afters, up_tos = (list(c) for c in columns)
         cursor.execute(
-            delete_many,
+            _ack_sql(connection.vendor)[1],
             [indexes, [state_pk(pk, connection) for pk in client_ids], afters, up_tos],
         )
         for i, rows in cursor.fetchall():
             dropped[i] = rows
         return dropped
-    _count_ranges(cursor, connection, ranges, dropped)
-    cursor.executemany(
-        delete_one, [[state_pk(pk, connection), up_to] for _, pk, _, up_to in ranges]
-    )
+    across = _count_ranges(cursor, connection, ranges, dropped)
+    delete, cut = cut_sql()
+    queues = [(i, state_pk(pk, connection), up_to) for i, pk, _, up_to in ranges]
+    cursor.executemany(delete, [[queue, up_to] for _, queue, up_to in queues])
+    cuts = [[up_to, queue, up_to] for i, queue, up_to in queues if i in across]
+    if cuts:
+        cursor.executemany(cut, cuts)
     return dropped
 
 
@@ -179,10 +182,14 @@ def _count_ranges(
     connection: Any,
     ranges: list[tuple[int, uuid.UUID, int, int]],
     dropped: list[int],
-) -> None:
-    """Count the entries of each range (``_ack_ranges``) into ``dropped``
+) -> set[int]:
+    """Count the events of each range (``_ack_ranges``) into ``dropped``
     at its ack's index, each range a row of a VALUES list joined to the
-    queue's (queue, seq) index."""
+    queue's (queue, seq) index and the rows' events; return the indexes
+    of the acks that end inside a span, which is to be cut (a span whose
+    part below the ack holds no event may stay as it is: it holds nothing
+    that is acked)."""
+    across: set[int] = set()
     head, tail = _count_sql()
     for chunk in sql.chunks(ranges, RANGES_PER_COUNT):
         values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
@@ -192,42 +199,62 @@ def _count_ranges(
             for value in (i, state_pk(client_id, connection), after, up_to)
         ]
         cursor.execute(f"{head}{values}{tail}", params)
-        for i, rows in cursor.fetchall():
+        up_tos = {i: up_to for i, _, _, up_to in chunk}
+        for i, rows, reach in cursor.fetchall():
             dropped[i] = rows
+            if reach > up_tos[i]:
+                across.add(i)
+    return across
 
 
 @functools.cache
 def _count_sql() -> tuple[str, str]:
     """The count of ``_count_ranges`` around its VALUES list."""
-    quote = connections[NODE_STORE].ops.quote_name
-    seq, queue = quote("seq"), quote("queue_id")
+    through = connections[NODE_STORE].ops.quote_name("through")
     return (
         "WITH a(i, queue_id, after, up_to) AS (VALUES ",
-        f") SELECT a.i, count(*) FROM a JOIN {table(QueueEntry)} e"  # noqa: S608
-        f" ON e.{queue} = a.queue_id AND e.{seq} > a.after AND e.{seq} <= a.up_to"
+        f") SELECT a.i, count(*), max(e.{through}) FROM a {_held_in_ranges()}"  # noqa: S608
         " GROUP BY a.i",
     )
 
 
 @functools.cache
-def _ack_sql(vendor: str) -> tuple[str, str, str]:
-    """Lock heads (add the id list), delete one ack's entries, delete the
-    ranges of many acks and count them per ack (PostgreSQL)."""
+def _held_in_ranges() -> str:
+    """The joins of ranges ``a`` to their queues' rows ``e`` and the
+    events ``v`` they hold in each range."""
+    quote = connections[NODE_STORE].ops.quote_name
+    seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
+    return (
+        f"JOIN {table(QueueEntry)} e ON e.{queue} = a.queue_id"
+        f" AND e.{through} > a.after AND e.{seq} <= a.up_to"
+        f" JOIN {table(QueuedEvent)} v ON {covers()}"
+        f" AND v.{seq} > a.after AND v.{seq} <= a.up_to"
+    )
+
+
+@functools.cache
+def _ack_sql(vendor: str) -> tuple[str, str]:
+    """Lock heads (add the id list); and on PostgreSQL, drop the ranges of
+    many acks and count their events per ack in one statement: each
+    queue's rows through its last ack are deleted and the span across it
+    cut (``spans.cut_sql``), while the count reads the rows as they were
+    (every part of a statement sees the same snapshot)."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = table(QueueState), table(QueueEntry)
-    seq, queue = quote("seq"), quote("queue_id")
+    seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
     return (
         "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
         f" FROM {state_table} WHERE client_id IN ",
-        f"DELETE FROM {entry_table} WHERE {queue} = %s"  # noqa: S608
-        f" AND {seq} <= %s",
-        f"WITH gone AS (DELETE FROM {entry_table} e"  # noqa: S608
-        " USING unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[])"
-        " AS a(i, queue_id, after, up_to)"
-        f" WHERE e.{queue} = a.queue_id AND e.{seq} > a.after"
-        f" AND e.{seq} <= a.up_to RETURNING a.i) SELECT i, count(*) FROM gone"
-        " GROUP BY i",
+        "WITH a AS (SELECT * FROM unnest(%s::integer[], %s::uuid[],"  # noqa: S608
+        " %s::bigint[], %s::bigint[]) AS a(i, queue_id, after, up_to)),"
+        " last AS (SELECT queue_id, max(up_to) AS up_to FROM a GROUP BY queue_id),"
+        f" gone AS (DELETE FROM {entry_table} e USING last"
+        f" WHERE e.{queue} = last.queue_id AND e.{through} <= last.up_to),"
+        f" cut AS (UPDATE {entry_table} e SET {seq} = last.up_to + 1 FROM last"
+        f" WHERE e.{queue} = last.queue_id AND e.{seq} <= last.up_to"
+        f" AND e.{through} > last.up_to)"
+        f" SELECT a.i, count(*) FROM a {_held_in_ranges()} GROUP BY a.i",
     )
 
 

@@ -31,6 +31,7 @@ def queue_append_many(
     overflows: list["Overflow"] | None = None,
     plain: dict[uuid.UUID, tuple[int, list[int]]] | None = None,
     plain_for: Collection[uuid.UUID] = (),
+    read: Sequence[LoggedEvent] = (),
 ) -> dict[uuid.UUID, int]:
     """Append events to queues on this node; return each queue's new head seq.
 
@@ -61,6 +62,11 @@ def queue_append_many(
     seqs: its rows after that head are exactly those, which a socket that
     has sent through that head may be handed without reading them
     (``notify.ring_many``'s pushes).
+
+    ``read``: every event the caller read from the log, in order (the
+    fan-out's pass). A queue's plain events that are next to each other
+    in it are appended as one row (a span, ``QueueEntry.through``): all
+    the log's events in the span's range are then the queue's.
     """
     if not appends and not gapped:
         return {}
@@ -68,6 +74,7 @@ def queue_append_many(
     rows: list[list[Any]] = []
     changed: list[Any] = []
     prepared = _PreparedEvents(connections[NODE_STORE])
+    position = {event.seq: i for i, event in enumerate(read)}
     locked = _lock_heads(list({*appends, *gapped}))
     if modes is not None and modes_now is not None:
         _align_modes(locked, modes, modes_now)
@@ -93,7 +100,6 @@ def queue_append_many(
             continue
         heads[state.client_id] = state.last_seq
         if added is not None:
-            rows.extend(added)
             changed.append(state)
             if (
                 plain is not None
@@ -101,6 +107,7 @@ def queue_append_many(
                 and _all_plain(added, before[1], state.size)
             ):
                 plain[state.client_id] = (before[0], [row[1] for row in added])
+            rows.extend(_spans(added, position) if position else added)
     _insert_entries(rows, prepared)
     _save_heads(changed)
     return heads
@@ -144,9 +151,9 @@ def _align_modes(
 # expressions and CASE per row cost more to compile than to run
 # (docs/decisions/0010-hot-statements-in-sql.md).
 _ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
-# Queue rows are [queue, seq, region, key, op, conflates, cq].
+# Queue rows are [queue, seq, region, key, op, conflates, cq, through].
 _ROW_COLUMNS = ["queue", *LoggedEvent._fields[:1], *LoggedEvent._fields[2:5]]
-_ROW_COLUMNS += ["conflates", "cq"]
+_ROW_COLUMNS += ["conflates", "cq", "through"]
 assert [f.name for f in _ENTRY_FIELDS] == _ROW_COLUMNS  # noqa: S101
 
 
@@ -178,6 +185,26 @@ class _PreparedEvents:
                 self._ts = (event.ts, prepared)
             self.stored.append([*event[:7], prepared])
         return values
+
+
+def _spans(rows: list[list[Any]], position: Mapping[int, int]) -> list[list[Any]]:
+    """One queue's appended rows (one per event, in seq order) with each
+    run of plain rows whose events are next to each other in the pass's
+    read of the log made one row, from the first's seq through the last's
+    (``QueueEntry.through``; the row keeps the first's region, key and
+    op). A plain row is one that may not conflate and names no CQ: its
+    event can never be removed from the queue alone, only acked."""
+    merged: list[list[Any]] = []
+    at = -2  # the position of the last merged row's last event
+    for row in rows:
+        here = position.get(row[1], -4)
+        plain = not row[5] and row[6] is None
+        if plain and merged and at + 1 == here:
+            merged[-1][7] = row[1]
+        else:
+            merged.append(row)
+        at = here if plain else -4
+    return merged
 
 
 def _insert_entries(rows: list[list[Any]], prepared: _PreparedEvents) -> None:
@@ -236,11 +263,11 @@ def _save_heads(states: list[Any]) -> None:
 
 def _all_plain(added: list[list[Any]], size_before: int, size_after: int) -> bool:
     """Whether a queue's appended rows are all plain: none conflates (the
-    row's ``conflates``) nor has a ``cq`` list (its last two columns), and
-    none was conflated away (the size grew by the rows appended)."""
+    row's ``conflates``) nor has a ``cq`` list, and none was conflated
+    away (the size grew by the rows appended)."""
     if size_after != size_before + len(added):
         return False
-    return not any(row[-2] or row[-1] is not None for row in added)
+    return not any(row[5] or row[6] is not None for row in added)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,24 +282,23 @@ class Overflow:
     seq: int
 
 
-def _empty(state: "_Head") -> tuple[int, int]:
-    """Delete every row of a locked queue; return (its oldest seq or 0,
-    how many rows there were). The head keeps its ``last_seq``."""
+def _empty(state: "_Head") -> int:
+    """Delete every row of a locked queue; return its oldest seq, or 0
+    when it held none. The head keeps its ``last_seq``."""
     connection = connections[NODE_STORE]
     queue = state_pk(state.client_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT MIN(seq), COUNT(*) FROM {table(QueueEntry)}"  # noqa: S608
-            " WHERE queue_id = %s",
+            f"SELECT MIN(seq) FROM {table(QueueEntry)} WHERE queue_id = %s",  # noqa: S608
             [queue],
         )
-        oldest, count = cursor.fetchone()
+        (oldest,) = cursor.fetchone()
         cursor.execute(
             f"DELETE FROM {table(QueueEntry)} WHERE queue_id = %s",  # noqa: S608
             [queue],
         )
     state.size = 0
-    return oldest or 0, count
+    return oldest or 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +364,13 @@ def _append(
         if limit is not None and size + 1 > limit:
             return _overflow(state, new, events[-1].seq, event.seq, size)
         new.append(
-            [queue, *prepared(event), conflates, None if cq is None else cq.text]
+            [
+                queue,
+                *prepared(event),
+                conflates,
+                None if cq is None else cq.text,
+                event.seq,
+            ]
         )
         size += 1
     if not new:
@@ -359,7 +391,7 @@ def _overflow(
     ``size`` events (its rows and this batch's ``new`` ones); delete its
     rows, append none of the batch (up to ``last_seq``, so a replayed
     pass skips it too)."""
-    oldest, _ = _empty(state)
+    oldest = _empty(state)
     pending = [row[1] for row in new if row is not None]
     firsts = [s for s in (oldest, *pending[:1]) if s]
     state.last_seq = last_seq

@@ -1,6 +1,7 @@
 """Copies of a client's queue on this node, filled page by page from a
 host that holds a complete one (``clients.replication`` moves the pages)."""
 
+import bisect
 import json
 import uuid
 from typing import Any
@@ -17,6 +18,8 @@ from queues.routers import NODE_STORE
 from queues.services.cursor import cursor_lock
 from queues.services.events import events_store
 from queues.services.queues import classify_updates
+from queues.services.spans import queue_cut
+from queues.services.store import state_pk
 
 
 def queue_adopt(
@@ -105,24 +108,34 @@ def _store_missing(state: QueueState, wanted: list[dict[str, Any]]) -> int:
     not hold yet; return how many."""
     if not wanted:
         return 0
-    present = set(
-        QueueEntry.objects.filter(
-            queue=state, seq__gte=wanted[0]["seq"], seq__lte=wanted[-1]["seq"]
-        ).values_list("seq", flat=True)
-    )
-    missing = [e for e in wanted if e["seq"] not in present]
+    held = QueueEntry.objects.filter(
+        queue=state, seq__lte=wanted[-1]["seq"], through__gte=wanted[0]["seq"]
+    ).values_list("seq", "through")
+    spans = sorted(held)
+    missing = [e for e in wanted if not _held(spans, e["seq"])]
     connection = connections[NODE_STORE]
     events_store(connection, [_event_from_copy(e, connection) for e in missing])
     QueueEntry.objects.bulk_create([_entry_from_copy(state, e) for e in missing])
     return len(missing)
 
 
+def _held(spans: list[tuple[int, int]], seq: int) -> bool:
+    """Whether one of a queue's rows, as (seq, through) in seq order, holds
+    ``seq``."""
+    at = bisect.bisect_right(spans, (seq, _NO_SEQ)) - 1
+    return at >= 0 and spans[at][1] >= seq
+
+
+_NO_SEQ = 2**63
+
+
 def _ack_locked(state: QueueState, up_to: int) -> int:
-    """Apply an ack to the copy's locked head; return the rows dropped.
-    (Querysets: a copy's pages are not a hot path.)"""
+    """Apply an ack to the copy's locked head; return the events dropped."""
     if up_to <= state.acked_through:
         return 0
-    deleted = QueueEntry.objects.filter(queue=state, seq__lte=up_to).delete()[0]
+    connection = connections[NODE_STORE]
+    with connection.cursor() as cursor:
+        deleted = queue_cut(cursor, state_pk(state.client_id, connection), up_to)
     state.acked_through = up_to
     state.delivered_through = max(state.delivered_through, up_to)
     state.size = max(0, state.size - deleted)
@@ -206,4 +219,5 @@ def _entry_from_copy(state: QueueState, data: dict[str, Any]) -> QueueEntry:
             and all(c.get("cq_op") == "update" for c in data.get("cq") or []),
         ),
         cq=data.get("cq"),
+        through=data["seq"],
     )

@@ -1,6 +1,6 @@
 """The events this node's queues hold, stored once per node
 (``QueuedEvent``): added with the queue rows that name them, deleted by
-the tick once no queue names them."""
+the tick once no queue row holds them."""
 
 import functools
 import time
@@ -71,44 +71,74 @@ def _pg_store_sql() -> str:
     )
 
 
-# How often the tick looks for events no queue names any more: the look
-# reads every queue row's seq, and an event kept a little longer costs
-# nothing but its row.
+# How often the tick looks for events no queue row holds any more: the
+# look sorts every queue row by seq, and an event kept a little longer
+# costs nothing but its row.
 PRUNE_EVERY_S = 10.0
 _pruned_at = [0.0]
 
 
 def queued_events_prune(node: str, *, force: bool = False) -> int:
-    """Delete the events that no queue of this node names any more; return
-    how many went. At most every ``PRUNE_EVERY_S`` per process unless
+    """Delete the events that no queue row of this node holds any more;
+    return how many went. At most every ``PRUNE_EVERY_S`` per process unless
     ``force``.
 
     Under the fan-out cursor's lock: the fan-out and a copy's pages, the
-    only writers of queue rows, hold it too, so no row naming an event
+    only writers of queue rows, hold it too, so no row holding an event
     can be added between the look and the delete."""
     now = time.monotonic()
     if not force and now - _pruned_at[0] < PRUNE_EVERY_S:
         return 0
     _pruned_at[0] = now
     connection = connections[NODE_STORE]
-    events, entries = (sql.table(m, connection) for m in (QueuedEvent, QueueEntry))
     with transaction.atomic(using=NODE_STORE), connection.cursor() as cursor:
         cursor_read_locked(node)
-        cursor.execute(_prune_sql(connection.vendor, events, entries))
+        cursor.execute(_gaps_sql())
+        gaps = cursor.fetchall()
+        if not gaps:
+            return 0
+        if connection.vendor == "postgresql":
+            cursor.execute(_pg_prune_sql(), [list(c) for c in zip(*gaps, strict=True)])
+            return max(0, int(cursor.rowcount))
+        cursor.executemany(_prune_sql(), gaps)  # (its rowcount: the total)
         return max(0, int(cursor.rowcount))
 
 
-def _prune_sql(vendor: str, events: str, entries: str) -> str:
-    """Delete the events no queue row names. Queue rows have no index by
-    seq alone (it would cost every row appended a second index write), so
-    each database gets the form it runs in one pass over them: PostgreSQL
-    an anti-join (a ``NOT IN`` whose list outgrows ``work_mem`` is
-    rescanned per event), SQLite a ``NOT IN``, which it answers from a
-    temporary index of the list (its ``NOT EXISTS`` would scan the rows
-    per event)."""
-    if vendor == "postgresql":
-        return (
-            f"DELETE FROM {events} v WHERE NOT EXISTS"  # noqa: S608
-            f" (SELECT 1 FROM {entries} e WHERE e.seq = v.seq)"
-        )
-    return f"DELETE FROM {events} WHERE seq NOT IN (SELECT seq FROM {entries})"  # noqa: S608
+# An upper bound no seq reaches (bigint).
+_NO_SEQ = 2**63 - 1
+
+
+@functools.cache
+def _gaps_sql() -> str:
+    """The ranges of seqs that no queue row holds, as (after, before)
+    exclusive, in one pass over the rows sorted by seq: before each row,
+    the gap from the furthest any earlier row reaches; after the last,
+    the rest. Rows (spans) may hold many seqs, and queue rows have no
+    index by seq alone (it would cost every row appended a second index
+    write), so this is the form both databases run in one sort."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    seq, through = quote("seq"), quote("through")
+    entries = sql.table(QueueEntry, connection)
+    return (
+        f"WITH r AS (SELECT {seq} AS seq, COALESCE(MAX({through}) OVER"  # noqa: S608
+        f" (ORDER BY {seq} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
+        f" AS reach FROM {entries})"
+        " SELECT reach, seq FROM r WHERE reach < seq - 1"
+        f" UNION ALL SELECT COALESCE(MAX({through}), 0), {_NO_SEQ} FROM {entries}"
+    )
+
+
+@functools.cache
+def _prune_sql() -> str:
+    events = sql.table(QueuedEvent, connections[NODE_STORE])
+    return f"DELETE FROM {events} WHERE seq > %s AND seq < %s"  # noqa: S608
+
+
+@functools.cache
+def _pg_prune_sql() -> str:
+    events = sql.table(QueuedEvent, connections[NODE_STORE])
+    return (
+        f"DELETE FROM {events} v USING unnest(%s::bigint[], %s::bigint[])"  # noqa: S608
+        " AS g(after, before) WHERE v.seq > g.after AND v.seq < g.before"
+    )

@@ -12,6 +12,7 @@ from cache.selectors import region_names_conflating
 from common import sql
 from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
+from queues.services.spans import spans_split
 from queues.services.store import state_pk, table
 
 
@@ -42,7 +43,12 @@ def classify_updates(client_id: uuid.UUID, conflate: str) -> None:
     Only while no socket of the client's is live (a ``hello`` is refused
     while one is, and a session's end forgets what it was sent): a row
     sent and not marked, because it could not conflate then, would be
-    removable after it."""
+    removable after it.
+
+    The queue's spans are split into rows of one event first: a span holds
+    only events that could not conflate in the mode it was appended in.
+    Under the queue head's lock (its callers hold it)."""
+    spans_split(state_pk(client_id, connections[NODE_STORE]))
     names = region_names_conflating() if conflate == "server" else []
     conflates: Any = Value(conflate == "true")
     if names:  # (Django skips the whole UPDATE on an IN of no names)

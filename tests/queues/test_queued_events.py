@@ -187,30 +187,3 @@ def test_0006_moves_each_queued_event_into_one_row_and_keeps_the_queue_rows():
         _migrate(
             MigrationExecutor(connections["node"]).loader.graph.leaf_nodes("queues")
         )
-
-
-def test_a_peek_reads_again_when_a_row_goes_between_its_two_queries(monkeypatch):
-    (pk,) = queues(1)
-    append({pk: [1, 2, 3]})
-    real = QueuedEvent.objects.in_bulk
-    calls = []
-
-    def acked_and_pruned_meanwhile(seqs):
-        if not calls:
-            queue_services.queue_ack(client_id=pk, up_to=1)
-            queue_services.queued_events_prune(NODE, force=True)
-        calls.append(seqs)
-        return real(seqs)
-
-    monkeypatch.setattr(QueuedEvent.objects, "in_bulk", acked_and_pruned_meanwhile)
-    got = queue_selectors.queue_entries_after(client_id=pk, after=0, limit=10)
-    assert [r.seq for r in got] == [2, 3]
-    assert calls == [[1, 2, 3], [2, 3]]
-
-
-def test_a_row_whose_event_is_gone_is_an_error_not_a_silent_skip():
-    (pk,) = queues(1)
-    append({pk: [1, 2]})
-    QueuedEvent.objects.filter(seq=2).delete()  # what no writer does
-    with pytest.raises(RuntimeError, match=r"does not hold: \[2\]"):
-        queue_selectors.queue_entries_after(client_id=pk, after=0, limit=10)

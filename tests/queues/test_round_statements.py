@@ -30,8 +30,8 @@ EVENTS = 6
 ACK_ROUND = {
     "sqlite": [
         "SELECT the heads in client id order (the whole database is locked)",
-        "SELECT the rows of each ack's range, counted per ack",
-        "DELETE each ack's rows (one executemany)",
+        "SELECT the events of each ack's range, counted per ack",
+        "DELETE each ack's rows that end in its range (one executemany)",
         "SELECT the marked sockets' rows again (read)",
         "UPDATE the heads (one executemany)",
         "COMMIT",
@@ -40,7 +40,7 @@ ACK_ROUND = {
         "BEGIN",
         "SET LOCAL synchronous_commit TO OFF (commit_unflushed)",
         "SELECT the heads in client id order FOR UPDATE",
-        "DELETE every ack's rows RETURNING them, counted per ack",
+        "DELETE every ack's rows, cut the spans across, count its events",
         "SELECT the marked sockets' rows again (read)",
         "UPDATE the heads FROM unnest(...)",
         "COMMIT",

@@ -1,0 +1,97 @@
+"""Spans: queue rows that hold a run of a queue's events, from ``seq``
+through ``through`` (``QueueEntry``). What the node store does to a
+queue's rows by range, where a row may hold many events: count the events
+an ack drops and cut the rows it reaches, and split spans into rows of
+one event when the queue's mode changes (which may let their updates
+conflate)."""
+
+import functools
+from typing import Any
+
+from django.db import connections
+
+from common import sql
+from queues.models import QueuedEvent, QueueEntry
+from queues.routers import NODE_STORE
+
+
+@functools.cache
+def covers(entry: str = "e", event: str = "v") -> str:
+    """The join condition of queue rows (alias ``entry``) with the events
+    they hold (alias ``event``)."""
+    quote = connections[NODE_STORE].ops.quote_name
+    seq, through = quote("seq"), quote("through")
+    return f"{event}.{seq} >= {entry}.{seq} AND {event}.{seq} <= {entry}.{through}"
+
+
+@functools.cache
+def cut_sql() -> tuple[str, str]:
+    """Two statements that drop one queue's events through a seq, with
+    parameters ``[queue, up_to]`` and ``[up_to, queue, up_to]``: delete
+    the rows that end at or below it, then start the row across it (a
+    span: at most one, rows do not overlap) after it."""
+    quote = connections[NODE_STORE].ops.quote_name
+    entries = sql.table(QueueEntry, connections[NODE_STORE])
+    seq, through, queue = quote("seq"), quote("through"), quote("queue_id")
+    return (
+        f"DELETE FROM {entries} WHERE {queue} = %s AND {through} <= %s",  # noqa: S608
+        f"UPDATE {entries} SET {seq} = %s + 1"  # noqa: S608
+        f" WHERE {queue} = %s AND {seq} <= %s",
+    )
+
+
+@functools.cache
+def _count_sql() -> str:
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    entries = sql.table(QueueEntry, connection)
+    events = sql.table(QueuedEvent, connection)
+    return (
+        f"SELECT COUNT(*) FROM {entries} e JOIN {events} v ON {covers()}"  # noqa: S608
+        f" WHERE e.{quote('queue_id')} = %s AND e.{quote('seq')} <= %s"
+        f" AND v.{quote('seq')} <= %s"
+    )
+
+
+def queue_cut(cursor: Any, queue: Any, up_to: int) -> int:
+    """Drop a locked queue's events through ``up_to`` (``queue``: its
+    head's primary key as the driver takes it); return how many went."""
+    cursor.execute(_count_sql(), [queue, up_to, up_to])
+    (count,) = cursor.fetchone()
+    delete, cut = cut_sql()
+    cursor.execute(delete, [queue, up_to])
+    cursor.execute(cut, [up_to, queue, up_to])
+    return int(count)
+
+
+_ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
+
+
+def spans_split(queue: Any) -> int:
+    """Make each span of a queue (``queue``: its head's primary key as the
+    driver takes it) rows of one event, each with its event's region, key
+    and op, plain; return how many spans there were. Under the queue
+    head's lock, as every writer of rows."""
+    connection = connections[NODE_STORE]
+    quote = connection.ops.quote_name
+    entries = sql.table(QueueEntry, connection)
+    events = sql.table(QueuedEvent, connection)
+    seq, through, queue_id = quote("seq"), quote("through"), quote("queue_id")
+    spans = f"{queue_id} = %s AND {through} > {seq}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT v.{seq}, v.region, v.{quote('key')}, v.op"  # noqa: S608
+            f" FROM {entries} e JOIN {events} v ON {covers()}"
+            f" WHERE e.{queue_id} = %s AND e.{through} > e.{seq}",
+            [queue],
+        )
+        held = cursor.fetchall()
+        cursor.execute(f"DELETE FROM {entries} WHERE {spans}", [queue])  # noqa: S608
+        count = max(0, int(cursor.rowcount))
+    rows = [
+        [queue, event_seq, region, key, op, False, None, event_seq]
+        for event_seq, region, key, op in held
+    ]
+    if rows:
+        sql.insert_rows(connection, QueueEntry, _ENTRY_FIELDS, rows)
+    return count
