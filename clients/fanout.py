@@ -59,6 +59,10 @@ class _RegionInterests:
         )
         self.patterns: list[tuple[uuid.UUID, str, str, int, int | None]] = []
         self.everyone: list[tuple[uuid.UUID, int, int | None]] = []
+        # The clients an all-keys interest wants every event of the batch
+        # for (``for_batch``), and the patterns to judge per event.
+        self.all_keys: frozenset[uuid.UUID] = frozenset()
+        self.judged = self.patterns
 
     def add(self, row: selectors.InterestRow) -> None:
         span = (row.client_id, row.since_seq, row.until_seq)
@@ -69,6 +73,21 @@ class _RegionInterests:
             self.patterns.append(
                 (row.client_id, row.kind, row.selector, row.since_seq, row.until_seq)
             )
+
+    def for_batch(self, first: int, last: int) -> None:
+        """Set apart the all-keys interests that want every event with a
+        seq from ``first`` through ``last`` (registered before the first,
+        not ended before the last): they want each event of the batch
+        whatever its key, with no judgement per event."""
+        everything = {
+            pk
+            for pk, kind, _, since, until in self.patterns
+            if kind == InterestKind.ALL_KEYS
+            and since < first
+            and (until is None or until >= last)
+        }
+        self.all_keys = frozenset(everything)
+        self.judged = [p for p in self.patterns if p[0] not in everything]
 
     def wanting(self, event: Any) -> set[uuid.UUID]:
         """The clients with an interest that wants ``event`` (written after
@@ -84,7 +103,8 @@ class _RegionInterests:
             for pk, since, until in self.by_key.get(event.key, ())
             if _within(seq, since, until)
         }
-        for pk, kind, selector, since, until in self.patterns:
+        wanted |= self.all_keys
+        for pk, kind, selector, since, until in self.judged:
             if (
                 pk not in wanted
                 and _within(seq, since, until)
@@ -138,6 +158,10 @@ def match_events(events: list[Any], hosted: set[uuid.UUID], node: str) -> Matche
             modes[row.client_id] = row.conflate
             if row.held_here:
                 held_here.add(row.client_id)
+    if events:
+        seqs = [event.seq for event in events]
+        for region_interests in by_region.values():
+            region_interests.for_batch(min(seqs), max(seqs))
     judges = {region: RegionCqs(region, rows) for region, rows in cq_rows.items()}
     appends: dict[uuid.UUID, list[Any]] = defaultdict(list)
     cqs: dict[uuid.UUID, dict[int, CqList]] = defaultdict(dict)

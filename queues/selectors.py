@@ -72,14 +72,15 @@ def queue_entries_after(
     got = QueuedEvent.objects.using(NODE_STORE).raw(statement, params)
     held = []
     for event in got:
-        cq = event.row_cq
+        # The row's columns, which ``raw`` sets as they come (``_HELD_COLUMNS``).
+        cq = getattr(event, "row_cq")  # noqa: B009
         entry = QueueEntry(
             queue_id=client_id,
             seq=event.seq,
             region=event.region,
             key=event.key,
             op=event.op,
-            conflates=bool(event.row_conflates),
+            conflates=bool(getattr(event, "row_conflates")),  # noqa: B009
             cq=json.loads(cq) if isinstance(cq, str) else cq,
             through=event.seq,
         )

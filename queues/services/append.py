@@ -85,13 +85,17 @@ def queue_append_many(
                 changed.append(state)
             continue
         limit = (limits or {}).get(state.client_id)
-        before = (state.last_seq, state.size)
+        before = state.last_seq
+        pushing = plain is not None and state.client_id in plain_for
         added = _append(
             state,
             appends[state.client_id],
             prepared,
             (cqs or {}).get(state.client_id),
             limit,
+            # A queue whose appends may be pushed keeps a row per event:
+            # the push names them (a live pass holds a few).
+            {} if pushing else position,
         )
         if isinstance(added, Overflow):
             if overflows is not None:
@@ -101,13 +105,10 @@ def queue_append_many(
         heads[state.client_id] = state.last_seq
         if added is not None:
             changed.append(state)
-            if (
-                plain is not None
-                and state.client_id in plain_for
-                and _all_plain(added, before[1], state.size)
-            ):
-                plain[state.client_id] = (before[0], [row[1] for row in added])
-            rows.extend(_spans(added, position) if position else added)
+            appended, all_plain = added
+            if pushing and all_plain and plain is not None:
+                plain[state.client_id] = (before, [row[1] for row in appended])
+            rows.extend(appended)
     _insert_entries(rows, prepared)
     _save_heads(changed)
     return heads
@@ -187,26 +188,6 @@ class _PreparedEvents:
         return values
 
 
-def _spans(rows: list[list[Any]], position: Mapping[int, int]) -> list[list[Any]]:
-    """One queue's appended rows (one per event, in seq order) with each
-    run of plain rows whose events are next to each other in the pass's
-    read of the log made one row, from the first's seq through the last's
-    (``QueueEntry.through``; the row keeps the first's region, key and
-    op). A plain row is one that may not conflate and names no CQ: its
-    event can never be removed from the queue alone, only acked."""
-    merged: list[list[Any]] = []
-    at = -2  # the position of the last merged row's last event
-    for row in rows:
-        here = position.get(row[1], -4)
-        plain = not row[5] and row[6] is None
-        if plain and merged and at + 1 == here:
-            merged[-1][7] = row[1]
-        else:
-            merged.append(row)
-        at = here if plain else -4
-    return merged
-
-
 def _insert_entries(rows: list[list[Any]], prepared: _PreparedEvents) -> None:
     """Insert queue rows given as column values [queue, seq, ...], after
     the events they name (new here: they are after the fan-out cursor)."""
@@ -261,15 +242,6 @@ def _save_heads(states: list[Any]) -> None:
     sql.update_rows(connection, QueueState, _HEAD_FIELDS, [STATE_PK], rows)
 
 
-def _all_plain(added: list[list[Any]], size_before: int, size_after: int) -> bool:
-    """Whether a queue's appended rows are all plain: none conflates (the
-    row's ``conflates``) nor has a ``cq`` list, and none was conflated
-    away (the size grew by the rows appended)."""
-    if size_after != size_before + len(added):
-        return False
-    return not any(row[5] or row[6] is not None for row in added)
-
-
 @dataclass(frozen=True, slots=True)
 class Overflow:
     """A queue here overflowed: its events were deleted (``dropped`` of
@@ -317,9 +289,18 @@ def _append(
     prepared: "_PreparedEvents",
     cqs: Mapping[int, CqList] | None = None,
     limit: int | None = None,
-) -> list[list[Any]] | Overflow | None:
+    position: Mapping[int, int] | None = None,
+) -> tuple[list[list[Any]], bool] | Overflow | None:
     """The rows to append to one locked queue, conflating superseded
-    undelivered updates; None when every event was appended already.
+    undelivered updates, and whether they are all plain (none may
+    conflate nor has a ``cq`` list, and none was conflated away); None
+    when every event was appended already.
+
+    ``position``: each event's place in the pass's read of the log. A
+    plain event next to the last row's last event there, that row being
+    plain too, joins it (a span: ``QueueEntry.through``); a plain event
+    is one that may not conflate and names no CQ, which can never be
+    removed from the queue alone, only acked.
 
     Moves ``state.last_seq`` and ``state.size`` (the caller saves them). A
     queue entry's seq is its event's cluster-wide log seq: increasing in
@@ -340,16 +321,33 @@ def _append(
     queue = state_pk(state.client_id, prepared.connection)
     done_through = max(state.last_seq, state.acked_through)
     size = state.size
+    position = position or {}
+    at = -2  # where the last row's last event is in the read; -2: no span
+    appended = 0
     for event in events:
         if event.seq <= done_through:
             continue
         state.last_seq = event.seq
-        ident = (event.region, event.key)
         cq = None if cqs is None else cqs.get(event.seq)
         # A newer update removes an older removable one whatever its own
         # ``cq`` says; it is removable itself only if its ``cq_op``s are
         # all ``update``.
         supersedes = _conflates(state, event)
+        if not supersedes and cq is None:
+            if limit is not None and size + 1 > limit:
+                return _overflow(state, new, events[-1].seq, event.seq, size)
+            here = position.get(event.seq, -4)
+            if here == at + 1:
+                prepared(event)
+                new[-1][7] = event.seq  # type: ignore[index]
+            else:
+                new.append([queue, *prepared(event), False, None, event.seq])
+            at = here
+            size += 1
+            appended += 1
+            continue
+        at = -2
+        ident = (event.region, event.key)
         conflates = supersedes and (cq is None or cq.only_updates)
         if supersedes:
             if ident in pending_update:
@@ -373,11 +371,13 @@ def _append(
             ]
         )
         size += 1
+        appended += 1
     if not new:
         return None
     rows = [row for row in new if row is not None]
-    state.size += len(rows) - deleted
-    return rows
+    state.size += appended - (len(new) - len(rows)) - deleted
+    plain = len(rows) == len(new) and not deleted
+    return rows, plain and not any(row[5] or row[6] is not None for row in rows)
 
 
 def _overflow(

@@ -158,3 +158,28 @@ def test_a_pass_fans_an_event_out_to_every_queue_in_the_same_statements(
         assert fanout.fanout_node("node-1") == 1
     for client in clients:
         assert _keys(client) == [("create", "k")]
+
+
+def test_an_all_keys_interest_that_starts_or_ends_inside_a_batch_is_judged_per_event():
+    from types import SimpleNamespace
+
+    from clients.selectors import InterestRow
+
+    def row(pk, since, until=None):
+        return InterestRow(pk, "prices", "all_keys", "", since, False, "false", until)
+
+    interests = fanout._RegionInterests()
+    for interest in (row("whole", 0), row("from-3", 2), row("to-2", 0, until=2)):
+        interests.add(interest)
+    interests.for_batch(1, 4)
+    assert interests.all_keys == {"whole"}
+    wanted = {
+        seq: interests.wanting(SimpleNamespace(seq=seq, op="create", key=f"k{seq}"))
+        for seq in range(1, 5)
+    }
+    assert wanted == {
+        1: {"whole", "to-2"},
+        2: {"whole", "to-2"},
+        3: {"whole", "from-3"},
+        4: {"whole", "from-3"},
+    }

@@ -252,3 +252,15 @@ def test_an_overflow_empties_a_queue_of_spans_and_says_since_when():
     assert overflows == [Overflow(pk, 2, 3, 6)]
     assert rows(pk) == []
     assert size(pk) == 0
+
+
+def test_a_queue_whose_appends_are_pushed_keeps_a_row_per_event():
+    pushed, other = queue(), queue()
+    plain = {}
+    read = [event(s) for s in range(1, 4)]
+    fan_out(
+        read, {pushed: [1, 2, 3], other: [1, 2, 3]}, plain=plain, plain_for={pushed}
+    )
+    assert plain == {pushed: (0, [1, 2, 3])}
+    assert rows(pushed) == [(1, 1), (2, 2), (3, 3)]
+    assert rows(other) == [(1, 3)]
