@@ -116,18 +116,17 @@ def _ack_ranges(
     acks: list[tuple[uuid.UUID, int]], heads: dict[uuid.UUID, list[int]]
 ) -> list[tuple[int, uuid.UUID, int, int]]:
     """Each ack that drops something, as ``(index, client_id, after,
-    up_to)``: its entries are those with ``after < seq <= up_to``, after the
-    client's earlier acks in the round (a client's first from the queue's
-    start: ``after`` -1). An ack at or below
-    the head's acked-through or an earlier ack drops nothing, as does one
-    of a queue not hosted here."""
+    up_to)``: its events are those with ``after < seq <= up_to``, after the
+    client's earlier acks in the round (a client's first after the head's
+    acked-through: its queue holds nothing at or below it). An ack at or
+    below the head's acked-through or an earlier ack drops nothing, as
+    does one of a queue not hosted here."""
     acked = {pk: head[0] for pk, head in heads.items()}
-    after: dict[uuid.UUID, int] = {}
     ranges = []
     for i, (client_id, up_to) in enumerate(acks):
         if client_id in acked and up_to > acked[client_id]:
-            ranges.append((i, client_id, after.get(client_id, -1), up_to))
-            acked[client_id] = after[client_id] = up_to
+            ranges.append((i, client_id, acked[client_id], up_to))
+            acked[client_id] = up_to
     return ranges
 
 
@@ -238,23 +237,37 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
     many acks and count their events per ack in one statement: each
     queue's rows through its last ack are deleted and the span across it
     cut (``spans.cut_sql``), while the count reads the rows as they were
-    (every part of a statement sees the same snapshot)."""
+    (every part of a statement sees the same snapshot).
+
+    Every part walks the queue's (queue, seq) index from the head's
+    acked-through (``floor``: a queue holds no row at or below it, as
+    every ack cuts the span across it here) to the ack: the rows' ranges
+    alone are no index's, and the planner, given only those, joined a
+    scan of the whole table (dead rows too, between the tick's vacuums)
+    three times per round."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = table(QueueState), table(QueueEntry)
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
+    events = table(QueuedEvent)
     return (
         "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
         f" FROM {state_table} WHERE client_id IN ",
         "WITH a AS (SELECT * FROM unnest(%s::integer[], %s::uuid[],"  # noqa: S608
         " %s::bigint[], %s::bigint[]) AS a(i, queue_id, after, up_to)),"
-        " last AS (SELECT queue_id, max(up_to) AS up_to FROM a GROUP BY queue_id),"
+        " last AS (SELECT queue_id, min(after) AS floor, max(up_to) AS up_to"
+        " FROM a GROUP BY queue_id),"
         f" gone AS (DELETE FROM {entry_table} e USING last"
-        f" WHERE e.{queue} = last.queue_id AND e.{through} <= last.up_to),"
+        f" WHERE e.{queue} = last.queue_id AND e.{seq} > last.floor"
+        f" AND e.{seq} <= last.up_to AND e.{through} <= last.up_to),"
         f" cut AS (UPDATE {entry_table} e SET {seq} = last.up_to + 1 FROM last"
-        f" WHERE e.{queue} = last.queue_id AND e.{seq} <= last.up_to"
-        f" AND e.{through} > last.up_to)"
-        f" SELECT a.i, count(*) FROM a {_held_in_ranges()} GROUP BY a.i",
+        f" WHERE e.{queue} = last.queue_id AND e.{seq} > last.floor"
+        f" AND e.{seq} <= last.up_to AND e.{through} > last.up_to)"
+        " SELECT a.i, count(*) FROM a JOIN last ON last.queue_id = a.queue_id"
+        f" JOIN {entry_table} e ON e.{queue} = a.queue_id AND e.{seq} > last.floor"
+        f" AND e.{seq} <= a.up_to AND e.{through} > a.after"
+        f" JOIN {events} v ON {covers()}"
+        f" AND v.{seq} > a.after AND v.{seq} <= a.up_to GROUP BY a.i",
     )
 
 

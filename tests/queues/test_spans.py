@@ -264,3 +264,18 @@ def test_a_queue_whose_appends_are_pushed_keeps_a_row_per_event():
     assert plain == {pushed: (0, [1, 2, 3])}
     assert rows(pushed) == [(1, 1), (2, 2), (3, 3)]
     assert rows(other) == [(1, 3)]
+
+
+def test_acks_inside_a_span_over_a_gap_in_the_log_count_only_its_events():
+    # The log's seqs have a gap (6-8: rolled back writes): the span holds
+    # events 5 and 9, and an ack may land where it holds nothing.
+    pk = queue()
+    fan_out([event(5), event(9)], {pk: [5, 9]})
+    assert rows(pk) == [(5, 9)]
+    assert queue_services.queue_ack(client_id=pk, up_to=7) == 1
+    assert queue_services.queue_ack(client_id=pk, up_to=8) == 0
+    assert size(pk) == 1
+    assert read_seqs(pk, after=8) == [9]
+    assert queue_services.queue_ack(client_id=pk, up_to=9) == 1
+    assert rows(pk) == []
+    assert size(pk) == 0
