@@ -80,9 +80,15 @@ class QueueEntry(models.Model):
     that may conflate or name a CQ, which a span never is. A change of
     the queue's mode splits its spans into rows of one event first.
 
-    ``region``, ``key`` and ``op`` repeat the (first) event's: the queue's
-    own rules look rows up by them (conflation by key, a mode change's
-    reclassification of updates, a closed CQ's forget), never a span's."""
+    ``region``, ``key`` and ``op`` repeat the event's: the queue's own
+    rules look rows up by them (conflation by key, a mode change's
+    reclassification of updates, a closed CQ's forget). A span's ``op`` is
+    ``SPAN`` (its region and key are its first event's), so that no such
+    lookup takes it for one of its events, even once an ack has cut it
+    down to one; ``spans_split`` makes rows of its events again."""
+
+    # The ``op`` of a row that holds a run of events (a span).
+    SPAN = "span"
 
     # No index of its own: the unique (queue, seq) one serves every lookup
     # by queue, and a second one would cost each event a page write per

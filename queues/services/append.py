@@ -339,7 +339,9 @@ def _append(
             here = position.get(event.seq, -4)
             if here == at + 1:
                 prepared(event)
-                new[-1][7] = event.seq  # type: ignore[index]
+                span = new[-1]
+                assert span is not None  # noqa: S101 (a plain row is never dropped)
+                span[4], span[7] = QueueEntry.SPAN, event.seq
             else:
                 new.append([queue, *prepared(event), False, None, event.seq])
             at = here

@@ -64,34 +64,36 @@ def queue_cut(cursor: Any, queue: Any, up_to: int) -> int:
     return int(count)
 
 
-_ENTRY_FIELDS = [f for f in QueueEntry._meta.concrete_fields if not f.primary_key]
-
-
 def spans_split(queue: Any) -> int:
-    """Make each span of a queue (``queue``: its head's primary key as the
-    driver takes it) rows of one event, each with its event's region, key
-    and op, plain; return how many spans there were. Under the queue
-    head's lock, as every writer of rows."""
+    """Make the events of a queue's spans (``queue``: its head's primary
+    key as the driver takes it) rows of one event each, with the event's
+    region, key and op, plain; return how many spans there were. In SQL:
+    a span may hold a large backlog. Under the queue head's lock, as every
+    writer of rows."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     entries = sql.table(QueueEntry, connection)
     events = sql.table(QueuedEvent, connection)
     seq, through, queue_id = quote("seq"), quote("through"), quote("queue_id")
-    spans = f"{queue_id} = %s AND {through} > {seq}"
+    key, op, region = quote("key"), quote("op"), quote("region")
+    spans = f"{queue_id} = %s AND {op} = %s"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT v.{seq}, v.region, v.{quote('key')}, v.op"  # noqa: S608
-            f" FROM {entries} e JOIN {events} v ON {covers()}"
-            f" WHERE e.{queue_id} = %s AND e.{through} > e.{seq}",
-            [queue],
+            f"SELECT {seq}, {through} FROM {entries} WHERE {spans}",  # noqa: S608
+            [queue, QueueEntry.SPAN],
         )
-        held = cursor.fetchall()
-        cursor.execute(f"DELETE FROM {entries} WHERE {spans}", [queue])  # noqa: S608
-        count = max(0, int(cursor.rowcount))
-    rows = [
-        [queue, event_seq, region, key, op, False, None, event_seq]
-        for event_seq, region, key, op in held
-    ]
-    if rows:
-        sql.insert_rows(connection, QueueEntry, _ENTRY_FIELDS, rows)
-    return count
+        ranges = cursor.fetchall()
+        if not ranges:
+            return 0
+        cursor.execute(
+            f"DELETE FROM {entries} WHERE {spans}",  # noqa: S608
+            [queue, QueueEntry.SPAN],
+        )
+        columns = f"{queue_id}, {seq}, {region}, {key}, {op}, conflates, cq, {through}"
+        cursor.executemany(
+            f"INSERT INTO {entries} ({columns})"  # noqa: S608
+            f" SELECT %s, {seq}, {region}, {key}, {op}, %s, NULL, {seq}"
+            f" FROM {events} WHERE {seq} >= %s AND {seq} <= %s",
+            [[queue, False, first, last] for first, last in ranges],
+        )
+    return len(ranges)

@@ -279,3 +279,22 @@ def test_acks_inside_a_span_over_a_gap_in_the_log_count_only_its_events():
     assert queue_services.queue_ack(client_id=pk, up_to=9) == 1
     assert rows(pk) == []
     assert size(pk) == 0
+
+
+def test_a_span_an_ack_cut_down_to_one_event_splits_into_that_events_own_row():
+    # The span's row names its first event's key: once the ack leaves
+    # only event 2 in it, nothing must take it for an update of "K".
+    pk = queue(conflate="false")
+    fan_out([event(1, key="K", op="update"), event(2, key="J")], {pk: [1, 2]})
+    assert queue_services.queue_ack(client_id=pk, up_to=1) == 1
+    assert rows(pk) == [(2, 2)]
+    assert QueueEntry.objects.get(queue_id=pk).op == QueueEntry.SPAN
+    queue_services.queue_ensure(client_id=pk, durable_id=None, conflate="true")
+    assert list(
+        QueueEntry.objects.filter(queue_id=pk).values_list(
+            "seq", "through", "key", "op", "conflates"
+        )
+    ) == [(2, 2, "J", "create", False)]
+    fan_out([event(3, key="K", op="update")], {pk: [3]})
+    assert queued_seqs(pk) == [2, 3]
+    assert size(pk) == 2
