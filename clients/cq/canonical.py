@@ -56,14 +56,18 @@ def _flatten(
 ) -> tuple[Condition, ...]:
     """Normalize the parts of an AND (OR), lifting the parts of an AND (OR)
     among them (``a AND (b AND c)`` is ``a AND b AND c``) and dropping
-    repeated ones (evaluation has no side effects, so ``a AND a`` is ``a``)."""
-    flat: dict[Condition, None] = {}
+    repeated ones (evaluation has no side effects, so ``a AND a`` is
+    ``a``). Parts repeat when their canonical texts are one: ``(a OR b)
+    AND (b OR a)`` is ``a OR b``, which ``canonical_text`` must write as it
+    writes ``a OR b``, not as an AND of one part."""
+    flat: dict[str, Condition] = {}
     for part in map(normalize, parts):
-        if isinstance(part, And | Or) and type(part) is kind:
-            flat.update(dict.fromkeys(part.parts))
-        else:
-            flat[part] = None
-    return tuple(flat)
+        lifted = (
+            part.parts if isinstance(part, And | Or) and type(part) is kind else (part,)
+        )
+        for each in lifted:
+            flat.setdefault(_render(each), each)
+    return tuple(flat.values())
 
 
 def _negate(condition: Condition) -> Condition:
