@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from common import sql
 from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
-from queues.services.spans import covers, cut_sql
+from queues.services.spans import cut_sql, held_between
 from queues.services.store import (
     STATE_PK,
     commit_unflushed,
@@ -164,7 +164,7 @@ def _delete_acked(
     across = _count_ranges(cursor, connection, ranges, dropped)
     delete, cut = cut_sql()
     queues = [(i, state_pk(pk, connection), up_to) for i, pk, _, up_to in ranges]
-    cursor.executemany(delete, [[queue, up_to] for _, queue, up_to in queues])
+    cursor.executemany(delete, [[queue, up_to, up_to] for _, queue, up_to in queues])
     cuts = [[up_to, queue, up_to] for i, queue, up_to in queues if i in across]
     if cuts:
         cursor.executemany(cut, cuts)
@@ -218,16 +218,18 @@ def _count_sql() -> tuple[str, str]:
 
 
 @functools.cache
-def _held_in_ranges() -> str:
+def _held_in_ranges(floored: bool = False) -> str:
     """The joins of ranges ``a`` to their queues' rows ``e`` and the
-    events ``v`` they hold in each range."""
+    events ``v`` they hold in each range; ``floored``: the rows only above
+    their queue's ``last.floor`` (``_ack_sql``)."""
     quote = connections[NODE_STORE].ops.quote_name
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
+    floor = f" AND e.{seq} > last.floor" if floored else ""
+    join_last = "JOIN last ON last.queue_id = a.queue_id " if floored else ""
     return (
-        f"JOIN {table(QueueEntry)} e ON e.{queue} = a.queue_id"
+        f"{join_last}JOIN {table(QueueEntry)} e ON e.{queue} = a.queue_id{floor}"
         f" AND e.{through} > a.after AND e.{seq} <= a.up_to"
-        f" JOIN {table(QueuedEvent)} v ON {covers()}"
-        f" AND v.{seq} > a.after AND v.{seq} <= a.up_to"
+        f" JOIN {table(QueuedEvent)} v ON {held_between('a.after', 'a.up_to')}"
     )
 
 
@@ -249,7 +251,6 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
     quote = connection.ops.quote_name
     state_table, entry_table = table(QueueState), table(QueueEntry)
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
-    events = table(QueuedEvent)
     return (
         "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
         f" FROM {state_table} WHERE client_id IN ",
@@ -263,11 +264,7 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
         f" cut AS (UPDATE {entry_table} e SET {seq} = last.up_to + 1 FROM last"
         f" WHERE e.{queue} = last.queue_id AND e.{seq} > last.floor"
         f" AND e.{seq} <= last.up_to AND e.{through} > last.up_to)"
-        " SELECT a.i, count(*) FROM a JOIN last ON last.queue_id = a.queue_id"
-        f" JOIN {entry_table} e ON e.{queue} = a.queue_id AND e.{seq} > last.floor"
-        f" AND e.{seq} <= a.up_to AND e.{through} > a.after"
-        f" JOIN {events} v ON {covers()}"
-        f" AND v.{seq} > a.after AND v.{seq} <= a.up_to GROUP BY a.i",
+        f" SELECT a.i, count(*) FROM a {_held_in_ranges(floored=True)} GROUP BY a.i",
     )
 
 

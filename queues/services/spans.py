@@ -16,25 +16,38 @@ from queues.routers import NODE_STORE
 
 
 @functools.cache
-def covers(entry: str = "e", event: str = "v") -> str:
-    """The join condition of queue rows (alias ``entry``) with the events
-    they hold (alias ``event``)."""
-    quote = connections[NODE_STORE].ops.quote_name
-    seq, through = quote("seq"), quote("through")
-    return f"{event}.{seq} >= {entry}.{seq} AND {event}.{seq} <= {entry}.{through}"
+def held_between(after: str, up_to: str) -> str:
+    """The join condition of queue rows ``e`` with the events ``v`` they
+    hold after ``after`` through ``up_to`` (SQL expressions). One bound
+    each way: given two lower bounds (the row's seq and ``after``), SQLite
+    walks the events' key from the one it picks, the range's, to each
+    row, not from the row."""
+    connection = connections[NODE_STORE]
+    seq, through = (connection.ops.quote_name(c) for c in ("seq", "through"))
+    most, least = ("max", "min")
+    if connection.vendor == "postgresql":
+        most, least = ("GREATEST", "LEAST")
+    return (
+        f"v.{seq} >= {most}(e.{seq}, {after} + 1)"
+        f" AND v.{seq} <= {least}(e.{through}, {up_to})"
+    )
 
 
 @functools.cache
 def cut_sql() -> tuple[str, str]:
     """Two statements that drop one queue's events through a seq, with
-    parameters ``[queue, up_to]`` and ``[up_to, queue, up_to]``: delete
-    the rows that end at or below it, then start the row across it (a
-    span: at most one, rows do not overlap) after it."""
+    parameters ``[queue, up_to, up_to]`` and ``[up_to, queue, up_to]``:
+    delete the rows that end at or below it, then start the row across it
+    (a span: at most one, rows do not overlap) after it. Both bound the
+    rows' ``seq`` (a row ending at or below the seq starts there too), so
+    they walk the queue's (queue, seq) index up to it, not every row of
+    the queue."""
     quote = connections[NODE_STORE].ops.quote_name
     entries = sql.table(QueueEntry, connections[NODE_STORE])
     seq, through, queue = quote("seq"), quote("through"), quote("queue_id")
     return (
-        f"DELETE FROM {entries} WHERE {queue} = %s AND {through} <= %s",  # noqa: S608
+        f"DELETE FROM {entries} WHERE {queue} = %s AND {seq} <= %s"  # noqa: S608
+        f" AND {through} <= %s",
         f"UPDATE {entries} SET {seq} = %s + 1"  # noqa: S608
         f" WHERE {queue} = %s AND {seq} <= %s",
     )
@@ -47,19 +60,19 @@ def _count_sql() -> str:
     entries = sql.table(QueueEntry, connection)
     events = sql.table(QueuedEvent, connection)
     return (
-        f"SELECT COUNT(*) FROM {entries} e JOIN {events} v ON {covers()}"  # noqa: S608
+        f"SELECT COUNT(*) FROM {entries} e JOIN {events} v"  # noqa: S608
+        f" ON {held_between('0', '%s')}"
         f" WHERE e.{quote('queue_id')} = %s AND e.{quote('seq')} <= %s"
-        f" AND v.{quote('seq')} <= %s"
     )
 
 
 def queue_cut(cursor: Any, queue: Any, up_to: int) -> int:
     """Drop a locked queue's events through ``up_to`` (``queue``: its
     head's primary key as the driver takes it); return how many went."""
-    cursor.execute(_count_sql(), [queue, up_to, up_to])
+    cursor.execute(_count_sql(), [up_to, queue, up_to])
     (count,) = cursor.fetchone()
     delete, cut = cut_sql()
-    cursor.execute(delete, [queue, up_to])
+    cursor.execute(delete, [queue, up_to, up_to])
     cursor.execute(cut, [up_to, queue, up_to])
     return int(count)
 
