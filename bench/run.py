@@ -37,6 +37,7 @@ from bench.common import (
     summary,
     wait_until,
 )
+from durablecache.supervision import processes
 from tests.integration.harness import Cluster, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -111,14 +112,7 @@ class BareDaphne:
         wait_until(self._up, timeout=30, interval=0.1)
 
     def _up(self) -> bool:
-        import urllib.request
-
-        try:
-            url = f"http://127.0.0.1:{self.port}/"
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
+        return processes.http_ok(f"http://127.0.0.1:{self.port}/")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

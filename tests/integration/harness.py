@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,9 +34,7 @@ _redis_dbs = itertools.cycle(range(1, 16))
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return processes.free_ports()
 
 
 def wait_for(predicate: Any, *, timeout: float, interval: float = 0.05) -> Any:
@@ -212,16 +209,13 @@ class Cluster:
         node = self.nodes[name]
         if node["proc"].poll() is not None:
             raise RuntimeError(f"{name} exited:\n{self.log_tail(name)}")
-        try:
-            with urllib.request.urlopen(f"{node['url']}/healthz/", timeout=1) as resp:
-                ready = resp.status == 200
-        except OSError:
+        if not processes.http_ok(f"{node['url']}/healthz/"):
             return False
         # "ready" is printed after the HTTP side answers; read only what this
         # start wrote (a restart appends to the same log).
         with open(self.workdir / f"{name}.log", "rb") as log:
             log.seek(node["log_start"])
-            return ready and b" ready" in log.read()
+            return b" ready" in log.read()
 
     def log_tail(self, name: str, lines: int = 60) -> str:
         text = (self.workdir / f"{name}.log").read_text(errors="replace")

@@ -9,10 +9,8 @@ ended here is one this cluster started, by its process group.
 
 import contextlib
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,22 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durablecache.supervision import processes
 from tests.integration.harness import ROOT
-
-
-def free_ports(count: int) -> int:
-    """Return a port P such that P … P+count-1 are free on 127.0.0.1."""
-    for _ in range(200):
-        base = random.randrange(20000, 60000 - count)
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(base, base + count):
-                    sock = held.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def embedded_env(data_dir: Path) -> dict[str, str]:
@@ -57,7 +41,7 @@ class LocalCluster:
     def __init__(self, workdir: Path, *, nodes: int = 3, stdin: bool = True) -> None:
         self.workdir = workdir
         self.count = nodes
-        self.base = free_ports(nodes)
+        self.base = processes.free_ports(nodes)
         self.env = embedded_env(workdir)
         self.lines: list[str] = []
         self.changed = threading.Condition()
