@@ -185,9 +185,7 @@ class _ProbeConnection(http.client.HTTPConnection):
             sock.settimeout(self.timeout)
             sock.bind((address[0], 0))
             if sock.getsockname()[1] == address[1]:
-                raise ConnectionRefusedError(
-                    f"{address[0]}:{address[1]} is our own port"
-                )
+                raise ConnectionRefusedError("the probe was given the port it calls")
             sock.connect(address)
         except BaseException:
             sock.close()
