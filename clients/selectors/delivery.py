@@ -5,7 +5,7 @@ import uuid
 from collections import Counter
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, QuerySet
 
 from cache import selectors as cache_selectors
@@ -64,12 +64,15 @@ def interest_rows(
     (the caller keeps its own clients')."""
     if not regions or not client_ids:
         return []
-    quote = connection.ops.quote_name
+    # The wrapper itself, not ``connection``'s per-thread proxy: each of
+    # the hundreds of ids below would look it up again.
+    db = connections[DEFAULT_DB_ALIAS]
+    quote = db.ops.quote_name
     columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
     where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
     params: list[Any] = [node, *sorted(regions)]
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
-        params += [sql.uuid_param(pk, connection) for pk in client_ids]
+        params += [sql.uuid_param(pk, db) for pk in client_ids]
         where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
     # The regions' continuous queries come in the same statement, as rows
     # of kind CQ_KIND whose selector is the CQ's name (no statement more
@@ -87,8 +90,8 @@ def interest_rows(
         f"SELECT {cols}, c.is_connected AND c.{quote('node')} = %s,"  # noqa: S608
         f" c.{quote('conflate')}, {until}, {query}, c.{quote('max_queued')},"
         f" c.{quote('gap_since')} IS NOT NULL, c.{quote('queue_floor')}"
-        f" FROM {sql.table(model, connection)} i"
-        f" JOIN {sql.table(DurableClient, connection)} c ON c.id = i.client_id"
+        f" FROM {sql.table(model, db)} i"
+        f" JOIN {sql.table(DurableClient, db)} c ON c.id = i.client_id"
         f" WHERE {where}"
         for model, cols, until, query in (
             (Interest, columns, "NULL", "NULL"),
@@ -97,7 +100,7 @@ def interest_rows(
             (EndedCq, cq_columns, "i.until_seq", f"i.{quote('query')}"),
         )
     ]
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(members), params * 4)
         rows = cursor.fetchall()
     to_uuid = sql.uuid_read
