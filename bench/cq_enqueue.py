@@ -128,10 +128,16 @@ def enqueue_cqs_vs_interest(
     seed: int = 5,
 ) -> dict[str, float]:
     """Events/s into an offline client with ``CQS`` CQs and into one with an
-    all-keys interest, in this order; both clients are removed afterwards
-    (their CQs and interest would load the scenarios after this one)."""
+    all-keys interest, in this order, in a region of their own named
+    ``{region}-{tag}`` (each ``register_cq`` answers with an image of the
+    region: in the region the other scenarios fill, 100 of them would
+    read it 100 times and time those reads, not the enqueue). Both
+    clients are removed afterwards (their CQs and interest would load the
+    scenarios after this one)."""
     rng = random.Random(seed)  # noqa: S311 - bench values, not secrets
     queries = cq_queries()
+    region = f"{region}-{tag}"
+    rest.ok("POST", "/api/v1/regions/", {"name": region, "conflate_events": False})
     cq_id, interest_id = f"{tag}-cqs", f"{tag}-all"
     asyncio.run(make_offline_cqs(ws_url, token, cq_id, region, queries))
     try:
