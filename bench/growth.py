@@ -104,7 +104,12 @@ def run(
     writers: int = 2,
     log: Any = print,
 ) -> dict[str, Any]:
-    asyncio.run(dc.make_offline(ws_url, token, durable_id, region))
+    # The queue must hold the target and the writes in flight past it: a
+    # client's default bound (DURABLECACHE_DEFAULT_MAX_QUEUED, 1,000,000)
+    # would overflow it at the last step and empty it.
+    asyncio.run(
+        dc.make_offline(ws_url, token, durable_id, region, max_queued=2 * target)
+    )
     fillers = [Filler(rest, region, w) for w in range(writers)]
     start = time.monotonic()
     for filler in fillers:
