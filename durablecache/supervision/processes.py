@@ -152,8 +152,13 @@ def free_ports(count: int = 1) -> int:
     one of them as its source port before the server binds it.
     """
     top = _ephemeral_low() - count
+    # Above the well-known services of a machine (PostgreSQL, Redis, …)
+    # where the range leaves room; any unprivileged port where it does not.
+    low = 15000 if top > 20000 else 1024
+    if top <= low:
+        raise RuntimeError(f"no room below the ephemeral range ({top + count})")
     for _ in range(500):
-        base = random.randrange(15000, top)  # noqa: S311 (not a secret)
+        base = random.randrange(low, top)  # noqa: S311 (not a secret)
         with contextlib.ExitStack() as held:
             try:
                 for port in range(base, base + count):

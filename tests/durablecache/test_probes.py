@@ -73,3 +73,12 @@ def test_the_probe_never_connects_from_the_port_it_calls(monkeypatch):
     monkeypatch.setattr(processes.socket, "socket", _SelfBoundSocket)
 
     assert processes.http_ok(f"http://127.0.0.1:{port}/healthz/") is False
+
+
+def test_free_ports_stay_below_a_low_ephemeral_range(monkeypatch):
+    monkeypatch.setattr(processes, "_ephemeral_low", lambda: 10000)
+
+    base = processes.free_ports(2)
+
+    assert base >= 1024
+    assert base + 2 <= 10000
