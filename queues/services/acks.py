@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from common import sql
 from queues.models import QueuedEvent, QueueEntry, QueueState
 from queues.routers import NODE_STORE
-from queues.services.spans import cut_sql, held_between
+from queues.services.spans import cut_sql, held_between, held_count
 from queues.services.store import (
     STATE_PK,
     commit_unflushed,
@@ -218,18 +218,19 @@ def _count_sql() -> tuple[str, str]:
 
 
 @functools.cache
-def _held_in_ranges(floored: bool = False) -> str:
-    """The joins of ranges ``a`` to their queues' rows ``e`` and the
-    events ``v`` they hold in each range; ``floored``: the rows only above
-    their queue's ``last.floor`` (``_ack_sql``)."""
+def _held_in_ranges(floored: bool = False, events: bool = True) -> str:
+    """The joins of ranges ``a`` to their queues' rows ``e`` and, with
+    ``events``, the events ``v`` they hold in each range (else count them
+    with ``spans.held_count``); ``floored``: the rows only above their
+    queue's ``last.floor`` (``_ack_sql``)."""
     quote = connections[NODE_STORE].ops.quote_name
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
     floor = f" AND e.{seq} > last.floor" if floored else ""
     join_last = "JOIN last ON last.queue_id = a.queue_id " if floored else ""
+    held = f" JOIN {table(QueuedEvent)} v ON {held_between('a.after', 'a.up_to')}"
     return (
         f"{join_last}JOIN {table(QueueEntry)} e ON e.{queue} = a.queue_id{floor}"
-        f" AND e.{through} > a.after AND e.{seq} <= a.up_to"
-        f" JOIN {table(QueuedEvent)} v ON {held_between('a.after', 'a.up_to')}"
+        f" AND e.{through} > a.after AND e.{seq} <= a.up_to{held if events else ''}"
     )
 
 
@@ -246,7 +247,8 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
     every ack cuts the span across it here) to the ack: the rows' ranges
     alone are no index's, and the planner, given only those, joined a
     scan of the whole table (dead rows too, between the tick's vacuums)
-    three times per round."""
+    three times per round. The events each row holds are counted by a
+    range of their key per row (``spans.held_count``), not a join."""
     connection = connections[NODE_STORE]
     quote = connection.ops.quote_name
     state_table, entry_table = table(QueueState), table(QueueEntry)
@@ -264,7 +266,8 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
         f" cut AS (UPDATE {entry_table} e SET {seq} = last.up_to + 1 FROM last"
         f" WHERE e.{queue} = last.queue_id AND e.{seq} > last.floor"
         f" AND e.{seq} <= last.up_to AND e.{through} > last.up_to)"
-        f" SELECT a.i, count(*) FROM a {_held_in_ranges(floored=True)} GROUP BY a.i",
+        f" SELECT a.i, SUM({held_count('a.after', 'a.up_to')})::bigint"
+        f" FROM a {_held_in_ranges(floored=True, events=False)} GROUP BY a.i",
     )
 
 
