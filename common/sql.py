@@ -23,6 +23,33 @@ def chunks(items: Sequence[T], size: int = PARAMS_PER_LOOKUP) -> Iterator[Sequen
         yield items[start : start + size]
 
 
+def array_param(values: Sequence[Any]) -> Any:
+    """A PostgreSQL array parameter, cast in the statement (``%s::uuid[]``,
+    ``= ANY(%s)``): ints or UUIDs as the array's text, which the driver
+    quotes once, where a list has each element dumped and quoted in
+    Python (a fifth of a fan-out pass for a hundred queues' ids);
+    anything else as a list."""
+    kinds = {type(value) for value in values}
+    if kinds <= {int}:
+        return "{" + ",".join(map(str, values)) + "}"
+    if kinds <= {uuid.UUID}:
+        return "{" + ",".join([value.hex for value in values]) + "}"
+    return list(values)
+
+
+def in_list(
+    column: str, values: Sequence[Any], connection: Any
+) -> tuple[str, list[Any]]:
+    """``column IN values`` as SQL, and its parameters. On PostgreSQL one
+    array parameter (``= ANY(%s)``): the text is then the same whatever
+    the count, so psycopg parses it once per process (its cache takes only
+    statements of few parameters; a text of a placeholder per value is
+    split again on every call) and quotes one array, not every value."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [array_param(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
 def values_by_pk(queryset: Any, pks: Sequence[Any], field: str) -> dict[Any, Any]:
     """``{pk: field}`` of the rows of ``queryset`` among ``pks``."""
     return {pk: value for pk, (value,) in rows_by_pk(queryset, pks, field).items()}
@@ -153,7 +180,7 @@ def update_rows(
         cursor.execute(
             f"UPDATE {table(model, connection)} AS t SET {sets}"  # noqa: S608
             f" FROM unnest({arrays}) AS v({names}) WHERE {where}",
-            [list(column) for column in zip(*rows, strict=True)],
+            [array_param(column) for column in zip(*rows, strict=True)],
         )
 
 

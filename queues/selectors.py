@@ -330,10 +330,13 @@ def _read_chunk(
     if connection.vendor == "postgresql":
         statement = _lateral_sql()
         params: list[Any] = [
-            queue_ids,
-            [after for _, after, _, _ in reads],
-            [_NO_BOUND if through is None else through for *_, through in reads],
-            [limit for _, _, limit, _ in reads],
+            sql.array_param(column)
+            for column in (
+                queue_ids,
+                [after for _, after, _, _ in reads],
+                [_NO_BOUND if through is None else through for *_, through in reads],
+                [limit for _, _, limit, _ in reads],
+            )
         ]
     else:
         members: list[str] = []

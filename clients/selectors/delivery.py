@@ -69,11 +69,13 @@ def interest_rows(
     db = connections[DEFAULT_DB_ALIAS]
     quote = db.ops.quote_name
     columns = ", ".join(f"i.{quote(c)}" for c in _INTEREST_COLUMNS)
-    where = f"i.{quote('region')} IN ({', '.join(['%s'] * len(regions))})"
-    params: list[Any] = [node, *sorted(regions)]
+    where, in_regions = sql.in_list(f"i.{quote('region')}", sorted(regions), db)
+    params: list[Any] = [node, *in_regions]
     if len(client_ids) <= INTEREST_CLIENTS_PER_READ:
-        params += [sql.uuid_param(pk, db) for pk in client_ids]
-        where += f" AND i.client_id IN ({', '.join(['%s'] * len(client_ids))})"
+        ids = [sql.uuid_param(pk, db) for pk in client_ids]
+        in_clients, in_ids = sql.in_list("i.client_id", ids, db)
+        where += f" AND {in_clients}"
+        params += in_ids
     # The regions' continuous queries come in the same statement, as rows
     # of kind CQ_KIND whose selector is the CQ's name (no statement more
     # per pass for them).

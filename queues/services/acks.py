@@ -156,7 +156,15 @@ def _delete_acked(
         indexes, client_ids, afters, up_tos = (list(c) for c in columns)
         cursor.execute(
             _ack_sql(connection.vendor)[1],
-            [indexes, [state_pk(pk, connection) for pk in client_ids], afters, up_tos],
+            [
+                sql.array_param(column)
+                for column in (
+                    indexes,
+                    [state_pk(pk, connection) for pk in client_ids],
+                    afters,
+                    up_tos,
+                )
+            ],
         )
         for i, rows in cursor.fetchall():
             dropped[i] = rows
@@ -236,11 +244,11 @@ def _held_in_ranges(floored: bool = False, events: bool = True) -> str:
 
 @functools.cache
 def _ack_sql(vendor: str) -> tuple[str, str]:
-    """Lock heads (add the id list); and on PostgreSQL, drop the ranges of
-    many acks and count their events per ack in one statement: each
-    queue's rows through its last ack are deleted and the span across it
-    cut (``spans.cut_sql``), while the count reads the rows as they were
-    (every part of a statement sees the same snapshot).
+    """Lock heads (add a condition on ``client_id``); and on PostgreSQL,
+    drop the ranges of many acks and count their events per ack in one
+    statement: each queue's rows through its last ack are deleted and the
+    span across it cut (``spans.cut_sql``), while the count reads the rows
+    as they were (every part of a statement sees the same snapshot).
 
     Every part walks the queue's (queue, seq) index from the head's
     acked-through (``floor``: a queue holds no row at or below it, as
@@ -255,7 +263,7 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
     return (
         "SELECT client_id, acked_through, delivered_through, size"  # noqa: S608
-        f" FROM {state_table} WHERE client_id IN ",
+        f" FROM {state_table} WHERE ",
         "WITH a AS (SELECT * FROM unnest(%s::integer[], %s::uuid[],"  # noqa: S608
         " %s::bigint[], %s::bigint[]) AS a(i, queue_id, after, up_to)),"
         " last AS (SELECT queue_id, min(after) AS floor, max(up_to) AS up_to"
@@ -280,10 +288,9 @@ def _lock_marks(
     lock = sql.for_update(connection)
     heads: dict[uuid.UUID, list[int]] = {}
     for chunk in sql.chunks(sorted(client_ids), 500):
-        cursor.execute(
-            f"{select}({', '.join(['%s'] * len(chunk))}) ORDER BY client_id{lock}",
-            [state_pk(pk, connection) for pk in chunk],
-        )
+        ids = [state_pk(pk, connection) for pk in chunk]
+        where, params = sql.in_list("client_id", ids, connection)
+        cursor.execute(f"{select}{where} ORDER BY client_id{lock}", params)
         for pk, *head in cursor.fetchall():
             heads[sql.uuid_read(pk)] = head
     return heads

@@ -219,13 +219,14 @@ def _lock_heads(client_ids: list[uuid.UUID]) -> list[_Head]:
     lock = sql.for_update(connection)
     with connection.cursor() as cursor:
         for chunk in sql.chunks(client_ids, 500):
-            marks = ", ".join(["%s"] * len(chunk))
+            ids = [state_pk(pk, connection) for pk in chunk]
+            where, params = sql.in_list("client_id", ids, connection)
             cursor.execute(
                 "SELECT client_id, conflate, last_seq, delivered_through, size,"  # noqa: S608
                 " acked_through"
-                f" FROM {table(QueueState)} WHERE client_id IN ({marks})"
+                f" FROM {table(QueueState)} WHERE {where}"
                 f" ORDER BY client_id{lock}",
-                [state_pk(pk, connection) for pk in chunk],
+                params,
             )
             found += [
                 _Head(sql.uuid_read(row[0]), *row[1:]) for row in cursor.fetchall()
