@@ -106,6 +106,10 @@ def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:
     return f"INSERT INTO {table(model, connection)} ({columns}) VALUES ({marks})"  # noqa: S608
 
 
+# Rows above which ``insert_rows`` takes a ``COPY`` on PostgreSQL.
+COPY_MIN_ROWS = 4
+
+
 def insert_rows(
     connection: Any,
     model: Any,
@@ -116,10 +120,13 @@ def insert_rows(
     """Insert ``rows`` (each the values of ``fields``, in database form; a
     JSON column's value as its JSON text).
 
-    On PostgreSQL in one ``COPY``: ``executemany`` sends one statement per
-    row there, each formatted in Python (Django binds parameters on the
-    client); COPY's text format takes JSON text for ``jsonb`` as it is, as
-    SQLite's text column does. Elsewhere ``executemany``. ``cursor``: the
+    On PostgreSQL in one ``COPY`` when they are more than
+    ``COPY_MIN_ROWS``: ``executemany`` sends one statement per row there,
+    each formatted in Python (Django binds parameters on the client);
+    COPY's text format takes JSON text for ``jsonb`` as it is, as SQLite's
+    text column does. A few rows (a single put's event) take
+    ``executemany``: one round trip, where a ``COPY`` takes two. Elsewhere
+    ``executemany``. ``cursor``: the
     caller's, if it has one open on ``connection``. Where queries are
     logged (DEBUG, query-count tests), the COPY is logged as an
     ``executemany`` is, though it goes past Django's cursor.
@@ -129,7 +136,7 @@ def insert_rows(
     if cursor is None:
         with connection.cursor() as cursor:
             return insert_rows(connection, model, fields, rows, cursor)
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or len(rows) <= COPY_MIN_ROWS:
         cursor.executemany(insert_sql(model, fields, connection), rows)
         return
     quote = connection.ops.quote_name

@@ -21,6 +21,10 @@ assert [f.name for f in _EVENT_FIELDS] == [  # noqa: S101
 ]  # fmt: skip
 
 
+# Events per fan-out pass above which they are stored by a ``COPY``.
+COPY_MIN_EVENTS = 64
+
+
 def events_store(
     connection: Any, rows: Sequence[Sequence[Any]], *, new: bool = False
 ) -> None:
@@ -32,23 +36,25 @@ def events_store(
     PostgreSQL one ``INSERT ... ON CONFLICT DO NOTHING`` of one array per
     column (the same text whatever their number, planned once); or, when
     the caller expects them all ``new`` (the fan-out's events are after
-    its cursor, where a copy's pages never reach), a ``COPY`` in a
-    savepoint, several times cheaper per row, falling back to that
-    insert if one was here after all."""
+    its cursor, where a copy's pages never reach) and they are more than
+    ``COPY_MIN_EVENTS``, a ``COPY`` in a savepoint, several times cheaper
+    per row, falling back to that insert if one was here after all. A
+    live pass's few events take the insert: one round trip, where the
+    savepoint, the ``COPY`` and the release take four."""
     if not rows:
         return
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             cursor.executemany(_store_sql(connection.vendor), rows)
             return
-        if new:
+        if new and len(rows) > COPY_MIN_EVENTS:
             try:
                 with transaction.atomic(using=NODE_STORE):
                     sql.insert_rows(connection, QueuedEvent, _EVENT_FIELDS, rows)
                 return
             except (IntegrityError, connection.Database.IntegrityError):
                 pass  # (the COPY goes past Django's error wrapping)
-        columns = [list(column) for column in zip(*rows, strict=True)]
+        columns = [sql.array_param(column) for column in zip(*rows, strict=True)]
         cursor.execute(_pg_store_sql(), columns)
 
 
