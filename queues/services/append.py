@@ -59,8 +59,9 @@ def queue_append_many(
     ``plain``: filled, for each queue of ``plain_for`` whose appended rows
     are all plain (none may conflate, none has a ``cq`` list, no row was
     conflated away), with its head before the append and the appended
-    seqs: its rows after that head are exactly those, which a socket that
-    has sent through that head may be handed without reading them
+    seqs: its events after that head are exactly those (alone or in a
+    span), which a socket that has sent through that head may be handed
+    without reading them
     (``notify.ring_many``'s pushes).
 
     ``read``: every event the caller read from the log, in order (the
@@ -86,16 +87,11 @@ def queue_append_many(
             continue
         limit = (limits or {}).get(state.client_id)
         before = state.last_seq
+        done_through = max(before, state.acked_through)
         pushing = plain is not None and state.client_id in plain_for
+        events = appends[state.client_id]
         added = _append(
-            state,
-            appends[state.client_id],
-            prepared,
-            (cqs or {}).get(state.client_id),
-            limit,
-            # A queue whose appends may be pushed keeps a row per event:
-            # the push names them (a live pass holds a few).
-            {} if pushing else position,
+            state, events, prepared, (cqs or {}).get(state.client_id), limit, position
         )
         if isinstance(added, Overflow):
             if overflows is not None:
@@ -107,7 +103,10 @@ def queue_append_many(
             changed.append(state)
             appended, all_plain = added
             if pushing and all_plain and plain is not None:
-                plain[state.client_id] = (before, [row[1] for row in appended])
+                # All plain: every event after what the queue had done is
+                # appended, alone or in a span.
+                seqs = [e.seq for e in events if e.seq > done_through]
+                plain[state.client_id] = (before, seqs)
             rows.extend(appended)
     _insert_entries(rows, prepared)
     _save_heads(changed)

@@ -254,7 +254,7 @@ def test_an_overflow_empties_a_queue_of_spans_and_says_since_when():
     assert size(pk) == 0
 
 
-def test_a_queue_whose_appends_are_pushed_keeps_a_row_per_event():
+def test_a_pushed_queue_gets_spans_and_its_push_names_every_event():
     pushed, other = queue(), queue()
     plain = {}
     read = [event(s) for s in range(1, 4)]
@@ -262,8 +262,20 @@ def test_a_queue_whose_appends_are_pushed_keeps_a_row_per_event():
         read, {pushed: [1, 2, 3], other: [1, 2, 3]}, plain=plain, plain_for={pushed}
     )
     assert plain == {pushed: (0, [1, 2, 3])}
-    assert rows(pushed) == [(1, 1), (2, 2), (3, 3)]
+    assert rows(pushed) == [(1, 3)]
     assert rows(other) == [(1, 3)]
+    assert read_seqs(pushed, after=0) == [1, 2, 3]
+
+
+def test_a_push_names_only_the_events_after_what_the_queue_acked():
+    # A relayed ack ahead of this host's fan-out: the push starts after it.
+    pushed = queue()
+    queue_services.queue_ack(client_id=pushed, up_to=2)
+    plain = {}
+    read = [event(s) for s in range(1, 5)]
+    fan_out(read, {pushed: [1, 2, 3, 4]}, plain=plain, plain_for={pushed})
+    assert plain == {pushed: (0, [3, 4])}
+    assert rows(pushed) == [(3, 4)]
 
 
 def test_acks_inside_a_span_over_a_gap_in_the_log_count_only_its_events():
