@@ -161,7 +161,44 @@ class Stream:
                 await self._send_rows(rows, replay=True)
             replayed += len(rows)
 
+    def write_pushed(self, head: int, events: list[dict[str, Any]]) -> int:
+        """Write pushed events straight to the socket, from the hub's turn
+        of the loop, while the delivery task waits with nothing to do
+        (``wakeups.WakeFlag.push``): only when they follow what was sent
+        (``head``), no batch is held (``held``) and each frame may go to
+        Daphne's socket directly (``wire.writable``). Return how many were
+        written, in order; the task takes the rest as a push. A wake-up
+        per socket per event would be a task switch each, most of a live
+        node's cost per frame."""
+        sock = self.socket.wire
+        if self.stopping or sock is None or head != self.sent_through:
+            return 0
+        if self.gate.locked():
+            return 0
+        written = 0
+        for event in events:
+            data = _wire_bytes(event, replay=False)
+            if not wire.writable(sock, len(data)):
+                break
+            sock.sendData(data)
+            self.sent_through = event["seq"]
+            written += 1
+        if written:
+            node = self.socket.node
+            first, last = events[0]["seq"], events[written - 1]["seq"]
+            trace.mark("read", node, first, last)
+            counters.counter.add(node, written)
+            trace.mark("written", node, first, last)
+        return written
+
     async def _live(self) -> None:
+        self.wake.direct = self.write_pushed
+        try:
+            await self._live_rows()
+        finally:
+            self.wake.direct = None
+
+    async def _live_rows(self) -> None:
         batch = settings.DURABLECACHE_REPLAY_BATCH
         read = True  # the first look reads what came during the replay
         while not self.stopping:
@@ -202,22 +239,17 @@ class Stream:
         # for all of them (seq is the log's): the first to send it builds
         # it, once (docs/decisions/0009-prebuilt-event-frames.md).
         cached = _REPLAY_FRAME if replay else _LIVE_FRAME
-        # So is the websocket frame, header and all: written straight to
-        # Daphne's socket when nothing would differ (sockets.wire).
-        wired = _REPLAY_WIRE if replay else _LIVE_WIRE
         sock = self.socket.wire
         for event in rows:
-            text = event.get(cached)
-            if text is None:
-                text = event[cached] = frame(event, replay=replay)
             direct = False
             if sock is not None:
-                data = event.get(wired)
-                if data is None:
-                    data = event[wired] = wire.text_frame(text)
+                data = _wire_bytes(event, replay=replay)
                 if direct := wire.writable(sock, len(data)):
                     sock.sendData(data)  # autobahn's write, in order with its queue
             if not direct:
+                text = event.get(cached)
+                if text is None:
+                    text = event[cached] = frame(event, replay=replay)
                 await send({"type": "websocket.send", "text": text})
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
@@ -234,3 +266,19 @@ class Stream:
             limit=limit,
             through=through,
         )
+
+
+def _wire_bytes(event: dict[str, Any], *, replay: bool) -> bytes:
+    """The event's frame as websocket frame bytes, header and all, built
+    once per event for every socket that writes it straight to Daphne's
+    socket (sockets.wire), from its frame text, itself built once
+    (docs/decisions/0009-prebuilt-event-frames.md)."""
+    wired = _REPLAY_WIRE if replay else _LIVE_WIRE
+    data = event.get(wired)
+    if data is None:
+        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
+        text = event.get(cached)
+        if text is None:
+            text = event[cached] = protocol.event_frame(event, replay=replay)
+        data = event[wired] = wire.text_frame(text)
+    return data

@@ -16,7 +16,10 @@ for this process and carries these to its sockets, in memory:
   carries, for queues whose appended rows are all plain, the head before
   them, their seqs and the events' frame fields: a socket that has sent
   through that head sends them without reading its queue
-  (``WakeFlag.take``; docs/decisions/0028-pushed-events.md).
+  (``WakeFlag.take``; docs/decisions/0028-pushed-events.md); one whose
+  delivery task waits with nothing to do has them written by the hub at
+  once, without waking the task (``WakeFlag.direct``,
+  ``sockets.streams.Stream.write_pushed``).
 - **closes**: an operator's delete (``notify.close_client``, 4410) and a
   node's shutdown (``notify.close_node``, 4503).
 - **the sweep**: every ``DURABLECACHE_POLL_S`` one query per database reads
@@ -51,7 +54,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -85,7 +88,7 @@ class WakeFlag:
     ``wait`` is kept until ``clear``.
     """
 
-    __slots__ = ("flag", "pushes", "read", "waiter")
+    __slots__ = ("direct", "flag", "pushes", "read", "waiter")
 
     def __init__(self) -> None:
         self.flag = False
@@ -94,6 +97,11 @@ class WakeFlag:
         # the pushes received since the last ``take``, in order.
         self.read = False
         self.pushes: list[tuple[int, list[dict[str, Any]]]] = []
+        # The delivery task's writer of pushed events, while it is live
+        # (``sockets.streams.Stream.write_pushed``): given the queue's head
+        # before the push and its events, it writes those it can at once
+        # and returns how many.
+        self.direct: Callable[[int, list[dict[str, Any]]], int] | None = None
 
     def set(self) -> None:
         self.read = True
@@ -102,6 +110,20 @@ class WakeFlag:
     def push(self, head: int, events: list[dict[str, Any]]) -> None:
         """Wake with ``events``: the rows the fan-out appended to the queue
         after its head ``head``, all plain (``queues.notify.ring_many``)."""
+        waiter = self.waiter
+        if (
+            self.direct is not None
+            and not self.flag
+            and waiter is not None
+            and not waiter.done()
+        ):
+            # Its task waits with nothing to do: the socket takes the
+            # events now, on this turn of the loop, without waking it.
+            sent = self.direct(head, events)
+            if sent == len(events):
+                return
+            if sent:
+                head, events = events[sent - 1]["seq"], events[sent:]
         if len(self.pushes) >= MAX_PUSHES:
             # A socket that does not keep up reads instead.
             self.pushes.clear()

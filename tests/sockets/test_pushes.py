@@ -3,8 +3,10 @@ and a socket that has sent through the queue's head before them sends them
 without reading its queue (``sockets.wakeups.WakeFlag``)."""
 
 import asyncio
+import concurrent.futures
 import json
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from channels.db import database_sync_to_async as db
@@ -15,8 +17,9 @@ from clients import fanout, services
 from clients.models import DurableClient
 from queues import notify
 from queues import selectors as queue_selectors
-from sockets import delivery_rounds, protocol, wakeups
+from sockets import delivery_rounds, protocol, streams, wakeups
 from tests.helpers import connected_client
+from tests.sockets.test_wire import open_socket, parsed
 
 
 def _events(*seqs):
@@ -93,6 +96,90 @@ def test_the_hub_shares_each_pushed_event_between_its_sockets():
     assert event.is_set()
     assert hub.wake_message(f"{a.hex} {b.hex}".encode()) == 2
     assert flag_a.take(3) == ([], True)
+
+
+# --- WakeFlag.direct and Stream.write_pushed --------------------------------
+
+
+def _waiting_flag(direct):
+    """A flag whose delivery task waits with nothing to do."""
+    flag = wakeups.WakeFlag()
+    flag.direct = direct
+    flag.waiter = concurrent.futures.Future()  # what the flag uses of a future
+    return flag
+
+
+def test_a_push_to_a_waiting_task_is_written_without_waking_it():
+    written = []
+    flag = _waiting_flag(lambda head, events: written.append((head, events)) or 2)
+    flag.push(4, _events(5, 6))
+    assert written == [(4, _events(5, 6))]
+    assert not flag.is_set()
+    assert not flag.waiter.done()
+    assert flag.take(6) == ([], False)
+
+
+def test_what_the_socket_could_not_take_at_once_is_left_to_the_task():
+    flag = _waiting_flag(lambda head, events: 1)
+    flag.push(4, _events(5, 6, 7))
+    assert flag.is_set()
+    assert flag.waiter.done()
+    events, read = flag.take(5)
+    assert [e["seq"] for e in events] == [6, 7]
+    assert not read
+
+
+@pytest.mark.parametrize("busy", ["pending wake", "task running"])
+def test_a_push_to_a_task_with_work_to_do_is_the_tasks(busy):
+    written = []
+    flag = _waiting_flag(lambda head, events: written.append(head) or len(events))
+    if busy == "pending wake":
+        flag.push(0, _events(1))  # written: the flag stays clear
+        flag.set()
+    else:
+        flag.waiter = None
+    flag.push(1, _events(2))
+    assert 1 not in written
+    events, _ = flag.take(1)
+    assert [e["seq"] for e in events] == [2]
+
+
+def _stream(sock, sent_through):
+    stream = streams.Stream.__new__(streams.Stream)
+    stream.socket = SimpleNamespace(wire=sock, node="node-1")
+    stream.sent_through = sent_through
+    stream.stopping = False
+    stream.gate = asyncio.Lock()
+    return stream
+
+
+def _pushed(*seqs):
+    fields = ["e", "prices", "k", "update", "1", 1, "2026-12-07T10:00:00Z"]
+    return [queue_selectors.pushed_event(seq, fields) for seq in seqs]
+
+
+def test_a_live_stream_writes_pushed_events_that_follow_on(server):
+    sock = open_socket(server)
+    sent = []
+    sock.sendData = sent.append
+    stream = _stream(sock, sent_through=4)
+    events = _pushed(5, 6)
+    assert stream.write_pushed(4, events) == 2
+    assert stream.sent_through == 6
+    assert [json.loads(parsed(data).data)["seq"] for data in sent] == [5, 6]
+    assert sent[0] is events[0]["wire:live"]  # built once, for every socket
+
+
+def test_a_stream_writes_nothing_it_cannot_write_in_order(server):
+    sock = open_socket(server)
+    sock.sendData = pytest.fail
+    assert _stream(sock, sent_through=3).write_pushed(4, _pushed(5)) == 0  # a gap
+    held = _stream(sock, sent_through=4)
+    asyncio.run(held.gate.acquire())  # a registration's image is being sent
+    assert held.write_pushed(4, _pushed(5)) == 0
+    assert _stream(None, sent_through=4).write_pushed(4, _pushed(5)) == 0  # no Daphne
+    sock.state = sock.STATE_CLOSING
+    assert _stream(sock, sent_through=4).write_pushed(4, _pushed(5)) == 0
 
 
 # --- the fan-out's pushes ----------------------------------------------------

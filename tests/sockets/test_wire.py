@@ -49,13 +49,6 @@ def open_socket(server: Server) -> WebSocketProtocol:
     return sock
 
 
-@pytest.fixture
-def server() -> Server:
-    daphne = Server.__new__(Server)
-    daphne.connections = {}
-    return daphne
-
-
 def test_daphnes_socket_is_found_behind_its_send(server):
     sock = open_socket(server)
     assert wire.daphne_socket(functools.partial(server.handle_reply, sock)) is sock
