@@ -126,8 +126,8 @@ def insert_rows(
     COPY's text format takes JSON text for ``jsonb`` as it is, as SQLite's
     text column does. A few rows (a single put's event) take
     ``executemany``: one round trip, where a ``COPY`` takes two. Elsewhere
-    ``executemany``. ``cursor``: the
-    caller's, if it has one open on ``connection``. Where queries are
+    ``executemany``. ``cursor``: the caller's, if it has one open on
+    ``connection``. Where queries are
     logged (DEBUG, query-count tests), the COPY is logged as an
     ``executemany`` is, though it goes past Django's cursor.
     """

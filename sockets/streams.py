@@ -167,9 +167,9 @@ class Stream:
         (``wakeups.WakeFlag.push``): only when they follow what was sent
         (``head``), no batch is held (``held``) and each frame may go to
         Daphne's socket directly (``wire.writable``). Return how many were
-        written, in order; the task takes the rest as a push. A wake-up
-        per socket per event would be a task switch each, most of a live
-        node's cost per frame."""
+        written, in order; the task takes the rest as a push. Waking the
+        task instead costs a task switch per socket and event
+        (docs/decisions/0031-the-live-paths-cost-per-event.md)."""
         sock = self.socket.wire
         if self.stopping or sock is None or head != self.sent_through:
             return 0
