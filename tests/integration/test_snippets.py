@@ -387,8 +387,16 @@ def test_readme_try_it_and_failover_as_printed(cluster, terminal):
     started = [json.loads(watched.next_line())["type"] for _ in range(3)]
     assert started == ["connected", "image", "marker"]
     wait_for(lambda: client_row(terminal, "my-app")["syncing"] == [], timeout=WAIT_S)
+    # The copy has the acks of the sessions before (relayed every
+    # DURABLECACHE_ACK_RELAY_S): node-1 reads its own copy's size, as the
+    # README says to look before the kill; else the reconnect replays them.
+    wait_for(
+        lambda: client_row(terminal, "my-app")["queue_sizes"].get("node-1") == 0,
+        timeout=WAIT_S,
+    )
     row = json.loads(terminal.run(find(readme, "api/v1/clients/my-app/")))
     assert (row["primary"], row["secondaries"]) == ("node-2", ["node-1"])
+    assert row["queue_sizes"]["node-1"] == 0
     kill = find(readme, "kill -KILL")
     lookup = re.search(r"\$\((pgrep [^)]*)\)", kill.text)
     assert lookup is not None
