@@ -233,12 +233,10 @@ class Stream:
         # Straight to the server's send: Channels' two wrappers around it
         # are two more coroutine calls per event frame.
         send: Any = self.socket.base_send
-        frame = protocol.event_frame
         # The sockets of one read round get the same dict for the same
         # event (sockets.delivery_rounds), and the frame is the same text
         # for all of them (seq is the log's): the first to send it builds
         # it, once (docs/decisions/0009-prebuilt-event-frames.md).
-        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
         sock = self.socket.wire
         for event in rows:
             direct = False
@@ -247,9 +245,7 @@ class Stream:
                 if direct := wire.writable(sock, len(data)):
                     sock.sendData(data)  # autobahn's write, in order with its queue
             if not direct:
-                text = event.get(cached)
-                if text is None:
-                    text = event[cached] = frame(event, replay=replay)
+                text = _frame_text(event, replay=replay)
                 await send({"type": "websocket.send", "text": text})
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
@@ -276,9 +272,14 @@ def _wire_bytes(event: dict[str, Any], *, replay: bool) -> bytes:
     wired = _REPLAY_WIRE if replay else _LIVE_WIRE
     data = event.get(wired)
     if data is None:
-        cached = _REPLAY_FRAME if replay else _LIVE_FRAME
-        text = event.get(cached)
-        if text is None:
-            text = event[cached] = protocol.event_frame(event, replay=replay)
-        data = event[wired] = wire.text_frame(text)
+        data = event[wired] = wire.text_frame(_frame_text(event, replay=replay))
     return data
+
+
+def _frame_text(event: dict[str, Any], *, replay: bool) -> str:
+    """The event's frame text, built by the first socket to send it."""
+    cached = _REPLAY_FRAME if replay else _LIVE_FRAME
+    text = event.get(cached)
+    if text is None:
+        text = event[cached] = protocol.event_frame(event, replay=replay)
+    return text

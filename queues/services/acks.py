@@ -220,25 +220,24 @@ def _count_sql() -> tuple[str, str]:
     through = connections[NODE_STORE].ops.quote_name("through")
     return (
         "WITH a(i, queue_id, after, up_to) AS (VALUES ",
-        f") SELECT a.i, count(*), max(e.{through}) FROM a {_held_in_ranges()}"  # noqa: S608
+        f") SELECT a.i, count(*), max(e.{through}) FROM a {_rows_in_ranges()}"  # noqa: S608
+        f" JOIN {table(QueuedEvent)} v ON {held_between('a.after', 'a.up_to')}"
         " GROUP BY a.i",
     )
 
 
 @functools.cache
-def _held_in_ranges(floored: bool = False, events: bool = True) -> str:
-    """The joins of ranges ``a`` to their queues' rows ``e`` and, with
-    ``events``, the events ``v`` they hold in each range (else count them
-    with ``spans.held_count``); ``floored``: the rows only above their
-    queue's ``last.floor`` (``_ack_sql``)."""
+def _rows_in_ranges(floored: bool = False) -> str:
+    """The join of ranges ``a`` to their queues' rows ``e`` that hold
+    events in them; ``floored``: the rows only above their queue's
+    ``last.floor`` (``_ack_sql``)."""
     quote = connections[NODE_STORE].ops.quote_name
     seq, queue, through = quote("seq"), quote("queue_id"), quote("through")
     floor = f" AND e.{seq} > last.floor" if floored else ""
     join_last = "JOIN last ON last.queue_id = a.queue_id " if floored else ""
-    held = f" JOIN {table(QueuedEvent)} v ON {held_between('a.after', 'a.up_to')}"
     return (
         f"{join_last}JOIN {table(QueueEntry)} e ON e.{queue} = a.queue_id{floor}"
-        f" AND e.{through} > a.after AND e.{seq} <= a.up_to{held if events else ''}"
+        f" AND e.{through} > a.after AND e.{seq} <= a.up_to"
     )
 
 
@@ -275,7 +274,7 @@ def _ack_sql(vendor: str) -> tuple[str, str]:
         f" WHERE e.{queue} = last.queue_id AND e.{seq} > last.floor"
         f" AND e.{seq} <= last.up_to AND e.{through} > last.up_to)"
         f" SELECT a.i, SUM({held_count('a.after', 'a.up_to')})::bigint"
-        f" FROM a {_held_in_ranges(floored=True, events=False)} GROUP BY a.i",
+        f" FROM a {_rows_in_ranges(floored=True)} GROUP BY a.i",
     )
 
 

@@ -87,11 +87,14 @@ def queue_append_many(
             continue
         limit = (limits or {}).get(state.client_id)
         before = state.last_seq
-        done_through = max(before, state.acked_through)
         pushing = plain is not None and state.client_id in plain_for
-        events = appends[state.client_id]
         added = _append(
-            state, events, prepared, (cqs or {}).get(state.client_id), limit, position
+            state,
+            appends[state.client_id],
+            prepared,
+            (cqs or {}).get(state.client_id),
+            limit,
+            position,
         )
         if isinstance(added, Overflow):
             if overflows is not None:
@@ -101,12 +104,9 @@ def queue_append_many(
         heads[state.client_id] = state.last_seq
         if added is not None:
             changed.append(state)
-            appended, all_plain = added
-            if pushing and all_plain and plain is not None:
-                # All plain: every event after what the queue had done is
-                # appended, alone or in a span.
-                seqs = [e.seq for e in events if e.seq > done_through]
-                plain[state.client_id] = (before, seqs)
+            appended, pushable = added
+            if pushing and pushable is not None and plain is not None:
+                plain[state.client_id] = (before, pushable)
             rows.extend(appended)
     _insert_entries(rows, prepared)
     _save_heads(changed)
@@ -290,10 +290,11 @@ def _append(
     cqs: Mapping[int, CqList] | None = None,
     limit: int | None = None,
     position: Mapping[int, int] | None = None,
-) -> tuple[list[list[Any]], bool] | Overflow | None:
+) -> tuple[list[list[Any]], list[int] | None] | Overflow | None:
     """The rows to append to one locked queue, conflating superseded
-    undelivered updates, and whether they are all plain (none may
-    conflate nor has a ``cq`` list, and none was conflated away); None
+    undelivered updates, and the seqs of the events appended (alone or in
+    a span) if they are all plain (none may conflate nor has a ``cq``
+    list, and none was conflated away), else None; None
     when every event was appended already.
 
     ``position``: each event's place in the pass's read of the log. A
@@ -323,7 +324,7 @@ def _append(
     size = state.size
     position = position or {}
     at = -2  # where the last row's last event is in the read; -2: no span
-    appended = 0
+    appended: list[int] = []
     for event in events:
         if event.seq <= done_through:
             continue
@@ -346,7 +347,7 @@ def _append(
                 new.append([queue, *prepared(event), False, None, event.seq])
             at = here
             size += 1
-            appended += 1
+            appended.append(event.seq)
             continue
         at = -2
         ident = (event.region, event.key)
@@ -373,13 +374,15 @@ def _append(
             ]
         )
         size += 1
-        appended += 1
+        appended.append(event.seq)
     if not new:
         return None
     rows = [row for row in new if row is not None]
-    state.size += appended - (len(new) - len(rows)) - deleted
+    state.size += len(appended) - (len(new) - len(rows)) - deleted
     plain = len(rows) == len(new) and not deleted
-    return rows, plain and not any(row[5] or row[6] is not None for row in rows)
+    if plain and not any(row[5] or row[6] is not None for row in rows):
+        return rows, appended
+    return rows, None
 
 
 def _overflow(
