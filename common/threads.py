@@ -17,7 +17,8 @@ before a call only when its thread was idle for ``IDLE_CHECK_S``, and
 after every call one that failed, was left in a transaction or outlived
 ``CONN_MAX_AGE`` is closed, as ``close_old_connections`` would
 (``Connections``; the worker's fan-out listener does the same:
-clients.tasks).
+clients.tasks, and so do the threads of the HTTP pool around Django's
+request signals: durablecache.server.pooled_http).
 """
 
 import asyncio
@@ -47,13 +48,31 @@ class Connections:
         self._last_call = float("-inf")
 
     def call(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        if time.monotonic() - self._last_call > IDLE_CHECK_S:
+        if self._idle():
             close_old_connections()
         try:
             return func(*args, **kwargs)
         finally:
             self._last_call = time.monotonic()
             _close_spoiled()
+
+    def request_started(self) -> None:
+        """After ``request_started`` (whose ``close_old_connections`` arms
+        the health check of every open connection): disarm it again when
+        the thread served a request within ``IDLE_CHECK_S``. A thread of
+        the HTTP pool calls this, and ``request_finished`` when the
+        request has been served."""
+        if self._idle():
+            return
+        for conn in connections.all(initialized_only=True):
+            if conn.connection is not None:
+                conn.health_check_done = True  # type: ignore[attr-defined]
+
+    def request_finished(self) -> None:
+        self._last_call = time.monotonic()
+
+    def _idle(self) -> bool:
+        return time.monotonic() - self._last_call > IDLE_CHECK_S
 
 
 class DatabaseThread:

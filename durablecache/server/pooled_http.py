@@ -17,6 +17,7 @@ async view would still work (Django adapts it), just without the gain.
 
 import asyncio
 import contextvars
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,6 +28,8 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
 from django.http import FileResponse
 from django.urls import set_script_prefix
+
+from common.threads import Connections
 
 
 class PooledASGIHandler(ASGIHandler):
@@ -39,6 +42,7 @@ class PooledASGIHandler(ASGIHandler):
             threads or settings.DURABLECACHE_HTTP_THREADS,
             thread_name_prefix="http",
         )
+        self._local = threading.local()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -97,22 +101,38 @@ class PooledASGIHandler(ASGIHandler):
     def _respond(self, scope: dict[str, Any], body_file: Any) -> Any:
         """What a WSGI server's thread does for one request."""
         set_script_prefix(get_script_prefix(scope))
-        # Receivers include close_old_connections: this thread's connections.
-        signals.request_started.send(sender=self.__class__, scope=scope)
-        request, error_response = self.create_request(scope, body_file)
-        response: Any
-        if request is None:
-            response = error_response
-        else:
-            response = self.get_response(request)
-            response._handler_class = self.__class__
-            if isinstance(response, FileResponse):
-                response.block_size = self.chunk_size
-        if not response.streaming:
-            # The content is bytes already; request_finished (connections
-            # returned, obsolete ones closed) runs in this same thread.
-            response.close()
-        return response
+        checks = self._connections()
+        try:
+            # Receivers include close_old_connections: this thread's
+            # connections, their health check armed; a busy thread's
+            # healthy ones skip it (common.threads.Connections: on
+            # PostgreSQL a ``SELECT 1`` round trip per request otherwise).
+            signals.request_started.send(sender=self.__class__, scope=scope)
+            checks.request_started()
+            request, error_response = self.create_request(scope, body_file)
+            response: Any
+            if request is None:
+                response = error_response
+            else:
+                response = self.get_response(request)
+                response._handler_class = self.__class__
+                if isinstance(response, FileResponse):
+                    response.block_size = self.chunk_size
+            if not response.streaming:
+                # The content is bytes already; request_finished (connections
+                # returned, obsolete ones closed) runs in this same thread.
+                response.close()
+            return response
+        finally:
+            checks.request_finished()
+
+    def _connections(self) -> Connections:
+        """The calling pool thread's connection checks."""
+        try:
+            return self._local.connections  # type: ignore[no-any-return]
+        except AttributeError:
+            self._local.connections = Connections()
+            return self._local.connections  # type: ignore[no-any-return]
 
 
 def _headers(response: Any) -> list[tuple[bytes, bytes]]:

@@ -11,6 +11,7 @@ from django.db import connections
 from rest_framework.authtoken.models import Token
 
 from cache import services
+from common import threads
 from durablecache.server.pooled_http import PooledASGIHandler
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "node"])
@@ -90,6 +91,37 @@ async def test_views_run_on_the_pool_and_keep_their_database_connection(
     assert first is second
     assert len(seen) == 2
     assert all(name.startswith("http") for name in seen)
+
+
+async def test_a_busy_thread_skips_the_health_check_an_idle_one_runs_it(
+    handler, token, monkeypatch
+):
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", None)
+    monkeypatch.setitem(connections.settings["default"], "CONN_HEALTH_CHECKS", True)
+    checks = []
+    wrapper = type(connections["default"])
+    real = wrapper.is_usable
+
+    def is_usable(self):
+        if self.alias == "default":
+            checks.append(threading.current_thread().name)
+        return real(self)
+
+    monkeypatch.setattr(wrapper, "is_usable", is_usable)
+    auth = [(b"authorization", f"Token {token}".encode())]
+    scope = _scope("GET", "/api/v1/regions/", auth)
+    # The first request opens the thread's connection (new: healthy); the
+    # second, right after, reuses it without a check.
+    for _ in range(2):
+        status, _, body = await _call(handler, scope)
+        assert status == 200, body
+    assert checks == []
+    # A thread idle longer than IDLE_CHECK_S checks before its statement.
+    monkeypatch.setattr(threads, "IDLE_CHECK_S", -1.0)
+    status, _, body = await _call(handler, scope)
+    assert status == 200, body
+    assert len(checks) == 1
+    assert checks[0].startswith("http")
 
 
 async def test_a_write_through_the_handler_is_committed(handler, token):
