@@ -175,20 +175,22 @@ class Stream:
             return 0
         if self.gate.locked():
             return 0
-        written = 0
+        frames: list[bytes] = []
         for event in events:
             data = _wire_bytes(event, replay=False)
             if not wire.writable(sock, len(data)):
                 break
-            sock.sendData(data)
-            self.sent_through = event["seq"]
-            written += 1
-        if written:
-            node = self.socket.node
-            first, last = events[0]["seq"], events[written - 1]["seq"]
-            trace.mark("read", node, first, last)
-            counters.counter.add(node, written)
-            trace.mark("written", node, first, last)
+            frames.append(data)
+        if not frames:
+            return 0
+        _send_frames(sock, frames)
+        written = len(frames)
+        self.sent_through = events[written - 1]["seq"]
+        node = self.socket.node
+        first, last = events[0]["seq"], self.sent_through
+        trace.mark("read", node, first, last)
+        counters.counter.add(node, written)
+        trace.mark("written", node, first, last)
         return written
 
     async def _live(self) -> None:
@@ -238,18 +240,27 @@ class Stream:
         # for all of them (seq is the log's): the first to send it builds
         # it, once (docs/decisions/0009-prebuilt-event-frames.md).
         sock = self.socket.wire
+        # Frames that go to Daphne's socket directly, written together when
+        # a frame must go through Channels' send or at the end: nothing
+        # yields in between, so no ack can come for a frame not yet written.
+        frames: list[bytes] = []
         for event in rows:
             direct = False
             if sock is not None:
                 data = _wire_bytes(event, replay=replay)
                 if direct := wire.writable(sock, len(data)):
-                    sock.sendData(data)  # autobahn's write, in order with its queue
+                    frames.append(data)
             if not direct:
+                if frames:
+                    _send_frames(sock, frames)
+                    frames = []
                 text = _frame_text(event, replay=replay)
                 await send({"type": "websocket.send", "text": text})
             # Per row: a send may yield, and an ack of a row already sent
             # must not be taken for an ack beyond what was sent.
             self.sent_through = event["seq"]
+        if frames:
+            _send_frames(sock, frames)
         counters.counter.add(self.socket.node, len(rows))
         trace.mark("written", self.socket.node, rows[0]["seq"], rows[-1]["seq"])
 
@@ -262,6 +273,15 @@ class Stream:
             limit=limit,
             through=through,
         )
+
+
+def _send_frames(sock: Any, frames: list[bytes]) -> None:
+    """Write whole frames to Daphne's socket in one write (autobahn's, in
+    order with its queue): frames written one by one in a turn of the loop
+    go out as one send on the next turn, registered for writability and
+    unregistered again, where one write goes out at once
+    (durablecache.server.twisted_eager_writes)."""
+    sock.sendData(frames[0] if len(frames) == 1 else b"".join(frames))
 
 
 def _wire_bytes(event: dict[str, Any], *, replay: bool) -> bytes:

@@ -19,7 +19,7 @@ from queues import notify
 from queues import selectors as queue_selectors
 from sockets import delivery_rounds, protocol, streams, wakeups
 from tests.helpers import connected_client
-from tests.sockets.test_wire import open_socket, parsed
+from tests.sockets.test_wire import open_socket, parsed_all
 
 
 def _events(*seqs):
@@ -166,8 +166,44 @@ def test_a_live_stream_writes_pushed_events_that_follow_on(server):
     events = _pushed(5, 6)
     assert stream.write_pushed(4, events) == 2
     assert stream.sent_through == 6
-    assert [json.loads(parsed(data).data)["seq"] for data in sent] == [5, 6]
+    # One write for both frames: one send, not a send and a buffered write.
+    assert len(sent) == 1
+    assert [json.loads(f.data)["seq"] for f in parsed_all(sent[0])] == [5, 6]
+    # Each frame's bytes built once, for every socket.
+    assert sent[0] == events[0]["wire:live"] + events[1]["wire:live"]
+
+
+def test_a_single_pushed_event_is_written_as_built(server):
+    sock = open_socket(server)
+    sent = []
+    sock.sendData = sent.append
+    events = _pushed(5)
+    assert _stream(sock, sent_through=4).write_pushed(4, events) == 1
     assert sent[0] is events[0]["wire:live"]  # built once, for every socket
+
+
+async def test_rows_go_out_in_one_write_around_a_frame_that_takes_asgi(server):
+    sock = open_socket(server)
+    out = []
+    sock.sendData = lambda data: out.append(("direct", data))
+    # Frames over this size are autobahn's to write: through Channels' send.
+    sock.maxMessagePayloadSize = 300
+    stream = _stream(sock, sent_through=4)
+
+    async def base_send(message):
+        out.append(("asgi", message["text"]))
+
+    stream.socket.base_send = base_send
+    fields = ["e", "prices", "k", "update", json.dumps("x" * 500), 1, "2026-12-07"]
+    big = queue_selectors.pushed_event(7, fields)
+    rows = [*_pushed(5, 6), big, *_pushed(8, 9)]
+    await stream._send_rows(rows, replay=False)
+    # In order: the direct frames before the big one written first.
+    assert [kind for kind, _ in out] == ["direct", "asgi", "direct"]
+    assert [json.loads(f.data)["seq"] for f in parsed_all(out[0][1])] == [5, 6]
+    assert json.loads(out[1][1])["seq"] == 7
+    assert [json.loads(f.data)["seq"] for f in parsed_all(out[2][1])] == [8, 9]
+    assert stream.sent_through == 9
 
 
 def test_a_stream_writes_nothing_it_cannot_write_in_order(server):

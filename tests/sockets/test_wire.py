@@ -20,8 +20,23 @@ def parsed(data: bytes) -> Frame:
     parser = Frame.parse(reader.read_exact, mask=False)
     with pytest.raises(StopIteration) as done:
         next(parser)
-    assert reader.at_eof()
+    assert not reader.buffer  # nothing left over
     return done.value.value
+
+
+def parsed_all(data: bytes) -> list[Frame]:
+    """The frames a client reads from ``data``, in order, checking nothing
+    is left over."""
+    reader = StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    frames = []
+    while reader.buffer:
+        parser = Frame.parse(reader.read_exact, mask=False)
+        with pytest.raises(StopIteration) as done:
+            next(parser)
+        frames.append(done.value.value)
+    return frames
 
 
 @pytest.mark.parametrize("size", [0, 5, 125, 126, 65535, 65536, 200_000])
