@@ -81,3 +81,35 @@ def test_a_round_over_the_limit_is_refused(region):
     puts = [("prices", f"k{i}", i) for i in range(services.MAX_PUTS_PER_ROUND + 1)]
     with pytest.raises(ValidationError):
         services.entries_put_many(puts=puts)
+
+
+def test_puts_of_two_regions_read_each_regions_own_rows(region):
+    services.region_create(name="rates")
+    services.entry_put(region="prices", key="k", value="p1")
+    services.entry_put(region="rates", key="k", value="r1")
+    written = services.entries_put_many(
+        puts=[("rates", "k", "r2"), ("prices", "k", "p2"), ("rates", "new", 0)]
+    )
+    assert [(w.key, w.op, w.version) for w in written] == [
+        ("k", "update", 2),
+        ("k", "update", 2),
+        ("new", "create", 1),
+    ]
+    # Each event's prior value is its own region's row.
+    priors = {
+        (e.region, e.key): e.prior_value
+        for e in Event.objects.filter(seq__in=[w.seq for w in written])
+    }
+    assert priors == {
+        ("rates", "k"): "r1",
+        ("prices", "k"): "p1",
+        ("rates", "new"): None,
+    }
+
+
+def test_only_invalid_puts_reserve_and_write_nothing(region):
+    before = EventLog.objects.get().last_seq
+    results = services.entries_put_many(puts=[("prices", "bad\x00key", 1)])
+    assert isinstance(results[0], ValidationError)
+    assert not Event.objects.exists()
+    assert EventLog.objects.get().last_seq == before
