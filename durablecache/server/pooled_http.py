@@ -32,6 +32,13 @@ from django.urls import set_script_prefix
 from common.threads import Connections
 
 
+class _PoolThread(threading.local):
+    """What each pool thread keeps of its own: its connection checks."""
+
+    def __init__(self) -> None:
+        self.checks = Connections()
+
+
 class PooledASGIHandler(ASGIHandler):
     """Serve HTTP with the sync middleware chain on a fixed thread pool."""
 
@@ -42,7 +49,7 @@ class PooledASGIHandler(ASGIHandler):
             threads or settings.DURABLECACHE_HTTP_THREADS,
             thread_name_prefix="http",
         )
-        self._local = threading.local()
+        self._threads = _PoolThread()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -101,7 +108,7 @@ class PooledASGIHandler(ASGIHandler):
     def _respond(self, scope: dict[str, Any], body_file: Any) -> Any:
         """What a WSGI server's thread does for one request."""
         set_script_prefix(get_script_prefix(scope))
-        checks = self._connections()
+        checks = self._threads.checks
         try:
             # Receivers include close_old_connections: this thread's
             # connections, their health check armed; a busy thread's
@@ -125,14 +132,6 @@ class PooledASGIHandler(ASGIHandler):
             return response
         finally:
             checks.request_finished()
-
-    def _connections(self) -> Connections:
-        """The calling pool thread's connection checks."""
-        try:
-            return self._local.connections  # type: ignore[no-any-return]
-        except AttributeError:
-            self._local.connections = Connections()
-            return self._local.connections  # type: ignore[no-any-return]
 
 
 def _headers(response: Any) -> list[tuple[bytes, bytes]]:

@@ -69,10 +69,17 @@ def test_a_refused_put_gets_its_error_and_the_others_are_written(region):
     )
 
 
-def test_only_refused_puts_write_nothing(region):
+@pytest.mark.parametrize(
+    ("put", "error"),
+    [
+        (("nowhere", "k", 1), NoSuchRegionError),  # refused for its region
+        (("prices", "bad\x00key", 1), ValidationError),  # invalid: no seq reserved
+    ],
+)
+def test_only_refused_puts_write_nothing(region, put, error):
     before = EventLog.objects.get().last_seq
-    results = services.entries_put_many(puts=[("nowhere", "k", 1)])
-    assert isinstance(results[0], NoSuchRegionError)
+    results = services.entries_put_many(puts=[put])
+    assert isinstance(results[0], error)
     assert not Event.objects.exists()
     assert EventLog.objects.get().last_seq == before
 
@@ -105,11 +112,3 @@ def test_puts_of_two_regions_read_each_regions_own_rows(region):
         ("prices", "k"): "p1",
         ("rates", "new"): None,
     }
-
-
-def test_only_invalid_puts_reserve_and_write_nothing(region):
-    before = EventLog.objects.get().last_seq
-    results = services.entries_put_many(puts=[("prices", "bad\x00key", 1)])
-    assert isinstance(results[0], ValidationError)
-    assert not Event.objects.exists()
-    assert EventLog.objects.get().last_seq == before
