@@ -8,8 +8,10 @@ the one way both the cache's and the node store's statements need.
 import functools
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
+
+from django.db import transaction
 
 T = TypeVar("T")
 # Parameters per IN (...) of a batched lookup: well under SQLite's limit on
@@ -96,6 +98,36 @@ def for_update(connection: Any) -> str:
     """The clause that locks the rows a SELECT reads, where the database
     has one (SQLite locks the whole database for a write instead)."""
     return " FOR UPDATE" if connection.features.has_select_for_update else ""
+
+
+@contextmanager
+def lock_wait_bounded(connection: Any, seconds: float) -> Iterator[None]:
+    """Statements in this block wait at most ``seconds`` for a lock another
+    transaction holds, then raise the database's ``OperationalError``.
+
+    PostgreSQL: one transaction with ``SET LOCAL lock_timeout`` (a row
+    lock is otherwise waited for without end). SQLite: the block's
+    statements run with ``PRAGMA busy_timeout`` lowered, then restored; a
+    write there locks the whole file, so keep the block to statements that
+    commit on their own (no ``atomic``: its BEGIN waits the full timeout).
+    """
+    ms = max(1, round(seconds * 1000))
+    if connection.vendor == "postgresql":
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {ms}")
+            yield
+        return
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    (before,) = raw.execute("PRAGMA busy_timeout").fetchone()
+    raw.execute(f"PRAGMA busy_timeout = {ms}")
+    try:
+        yield
+    finally:
+        raw.execute(f"PRAGMA busy_timeout = {int(before)}")
 
 
 def insert_sql(model: Any, fields: list[Any], connection: Any) -> str:

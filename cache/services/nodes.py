@@ -1,8 +1,10 @@
 """The cluster's record of its nodes: started, alive, stopping."""
 
+from django.db import connections, router
 from django.utils import timezone
 
 from cache.models import Node
+from common.sql import lock_wait_bounded
 
 
 def node_register(*, name: str, url: str) -> Node:
@@ -20,8 +22,21 @@ def node_register(*, name: str, url: str) -> Node:
     return node
 
 
-def node_heartbeat(*, name: str) -> None:
-    Node.objects.filter(name=name).update(last_heartbeat=timezone.now())
+def node_heartbeat(*, name: str, lock_wait_s: float | None = None) -> None:
+    """Record that ``name`` is alive now.
+
+    ``lock_wait_s`` bounds the wait for a lock held by another transaction
+    (the node's own worker writes its ``Node`` row, and on SQLite any write
+    locks the file): past it the database's ``OperationalError`` is raised,
+    so a worker stopped inside a write cannot stop its supervisor's loop.
+    """
+    rows = Node.objects.filter(name=name)
+    if lock_wait_s is None:
+        rows.update(last_heartbeat=timezone.now())
+        return
+    connection = connections[router.db_for_write(Node)]
+    with lock_wait_bounded(connection, lock_wait_s):
+        rows.update(last_heartbeat=timezone.now())
 
 
 def node_drain(*, name: str) -> None:

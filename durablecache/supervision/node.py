@@ -175,17 +175,36 @@ class Node:
                 # Daphne died: the node is down; end the group like a crash.
                 self.stop()
                 sys.exit(1)
-            try:
-                cache_services.node_heartbeat(name=self.name)
-                steady = time.monotonic() - steady_since
-                judge = steady >= settings.DURABLECACHE_NODE_TIMEOUT_S
-                if not tick_on(self.name, judge=judge):
-                    ticks_since = time.monotonic()
-            except Exception as exc:
-                steady_since = ticks_since = time.monotonic()
-                sys.stderr.write(f"{self.name}: heartbeat failed: {exc}\n")
+            if not self.heartbeat(interval):
+                steady_since = time.monotonic()
+            steady = time.monotonic() - steady_since
+            judge = steady >= settings.DURABLECACHE_NODE_TIMEOUT_S
+            ticks_since = self.tick(ticks_since, judge=judge)
             time.sleep(interval)
         self.shutdown()
+
+    def tick(self, ticks_since: float, *, judge: bool) -> float:
+        """Send the worker its tick; return the new ``ticks_since``.
+
+        Sent whether or not the heartbeat went through: a worker stopped
+        inside a write makes the heartbeat fail (it holds the lock), and
+        the watchdog must still see that ticks reached the broker.
+        """
+        try:
+            if tick_on(self.name, judge=judge):
+                return ticks_since
+        except Exception as exc:
+            sys.stderr.write(f"{self.name}: tick failed: {exc}\n")
+        return time.monotonic()
+
+    def heartbeat(self, interval: float) -> bool:
+        """Record this node alive, waiting at most ``interval`` for a lock."""
+        try:
+            cache_services.node_heartbeat(name=self.name, lock_wait_s=interval)
+        except Exception as exc:
+            sys.stderr.write(f"{self.name}: heartbeat failed: {exc}\n")
+            return False
+        return True
 
     def shutdown(self) -> None:
         """Graceful stop: hand the queues over, close sockets with 4503, exit.

@@ -5,7 +5,7 @@ import json
 import time
 
 import pytest
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from cache.models import Entry, Event
@@ -248,3 +248,60 @@ def test_vacuum_runs_on_postgresql_and_outside_a_transaction_only(monkeypatch):
         assert done == []  # SQLite reuses a deleted row's space
         return
     assert done == sorted([Event._meta.db_table, Entry._meta.db_table])
+
+
+@pytest.fixture
+def held_lock(tmp_path, django_db_blocker):
+    """A connection of the default database's kind that waits (``waiter``)
+    and another that holds a write lock on what it writes (``holder``), on a
+    scratch table outside pytest-django's transaction: a scratch file on
+    SQLite (the test database is in memory there), the test database on
+    PostgreSQL."""
+    default = connections["default"]
+    settings = dict(default.settings_dict)
+    if default.vendor == "sqlite":
+        settings["NAME"] = str(tmp_path / "locks.sqlite3")
+    holder, waiter = (type(default)(dict(settings), alias=f"locks{i}") for i in (0, 1))
+    connections[waiter.alias] = waiter  # for transaction.atomic(using=...)
+    with django_db_blocker.unblock():
+        with holder.cursor() as cursor:
+            cursor.execute("CREATE TABLE lock_probe (n integer)")
+            cursor.execute("INSERT INTO lock_probe VALUES (1)")
+        holder.set_autocommit(
+            False, force_begin_transaction_with_broken_autocommit=True
+        )
+        with holder.cursor() as cursor:
+            cursor.execute("UPDATE lock_probe SET n = 2")
+        try:
+            yield waiter
+        finally:
+            holder.rollback()
+            holder.set_autocommit(True)
+            with holder.cursor() as cursor:
+                cursor.execute("DROP TABLE lock_probe")
+            waiter.close()
+            holder.close()
+            del connections[waiter.alias]
+
+
+def _lock_wait_setting(connection):
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW lock_timeout")
+        else:
+            cursor.execute("PRAGMA busy_timeout")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db  # the test database made (the scratch table is on it)
+def test_a_bounded_lock_wait_raises_instead_of_waiting_on(held_lock):
+    """What the supervisor's heartbeat relies on: a write whose lock another
+    transaction holds fails after the bound (without it: 30 s on SQLite,
+    no end on PostgreSQL), and the connection's own setting is back."""
+    waiter = held_lock
+    before = _lock_wait_setting(waiter)
+    with sql.lock_wait_bounded(waiter, 0.05), waiter.cursor() as cursor:
+        assert str(_lock_wait_setting(waiter)) in ("50", "50ms")
+        with pytest.raises(OperationalError):
+            cursor.execute("UPDATE lock_probe SET n = 3")
+    assert _lock_wait_setting(waiter) == before

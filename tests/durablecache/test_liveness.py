@@ -113,3 +113,38 @@ def test_ready_is_the_mark_of_the_worker_asked_about(data_dir):
 
 def test_waiting_for_ready_stops_when_the_node_dies(data_dir):
     assert not liveness.wait_ready(pid=os.getpid(), timeout=60, alive=lambda: False)
+
+
+def test_a_failing_heartbeat_stops_neither_the_ticks_nor_the_watchdog(
+    node, settings, monkeypatch
+):
+    """A worker stopped inside a write holds the lock the heartbeat needs:
+    the heartbeat fails, yet each turn still sends the tick (not judging)
+    and the watchdog still counts from when the ticks began to arrive."""
+    from durablecache.supervision import node as node_module
+
+    n, _ = node
+    n.alive = lambda: True
+    n.shutdown = lambda: None
+    settings.DURABLECACHE_HEARTBEAT_S = 0.05
+    waits, ticks, watched = [], [], []
+
+    def heartbeat(*, name, lock_wait_s):
+        waits.append(lock_wait_s)
+        raise RuntimeError("database is locked")
+
+    def tick_on(name, *, judge):
+        ticks.append(judge)
+        return True
+
+    def turn_ends(seconds):
+        n.stopping = len(ticks) >= 3
+
+    monkeypatch.setattr(node_module.cache_services, "node_heartbeat", heartbeat)
+    monkeypatch.setattr(node_module, "tick_on", tick_on)
+    monkeypatch.setattr(node_module.time, "sleep", turn_ends)
+    n.restart_worker_if_stalled = lambda since: watched.append(since) or False
+    n.supervise()
+    assert ticks == [False, False, False]
+    assert len(set(watched)) == 1  # ticks_since never moved
+    assert waits == [0.05] * 3  # the wait for a lock is bounded by the turn
