@@ -7,6 +7,7 @@ service imports this module. ``FanoutListener`` is the worker's side of
 the fan-out doorbell.
 """
 
+import itertools
 import logging
 import threading
 import uuid
@@ -79,7 +80,11 @@ def ack_task(acks: dict[str, int]) -> int:
 
 @shared_task(name=dispatch.TICK, ignore_result=True)
 def tick_task(node: str, judge: bool = True) -> None:
-    maintenance.tick(node, judge=judge)
+    # One group of chores a tick, in turn (``maintenance.CHORES``).
+    maintenance.tick(node, judge=judge, turn=next(_tick_turns))
+
+
+_tick_turns = itertools.count()
 
 
 LISTEN_S = 1  # each BLPOP waits this long (whole seconds) before the next

@@ -282,3 +282,70 @@ def test_a_tick_inside_a_transaction_vacuums_nothing(monkeypatch):
     # in one, so the tick leaves it (the worker's ticks have none).
     monkeypatch.setattr(maintenance, "_vacuum", {"checked": float("-inf")})
     assert maintenance.vacuum_churned() == []
+
+
+# Each step of the tick, by where the tick calls it from.
+_EVERY_TICK = [
+    (fanout, "fanout_node"),
+    (maintenance, "report_fanout_cursor"),
+    (services, "clients_of_dead_nodes_disconnect"),
+    (maintenance.replication, "placement_repair"),
+    (services, "clients_expire"),
+    (maintenance, "report_queue_sizes"),
+]
+_CHORE_STEPS = [
+    (maintenance.replication, "copies_resume"),
+    (services, "cqs_forget_pending"),
+    (maintenance.replication, "apply_reported_acks"),
+    (maintenance, "drop_orphans"),
+    (maintenance.queue_services, "queued_events_prune"),
+    (maintenance, "prune_event_log"),
+    (maintenance.cache_services, "tombstones_prune"),
+    (maintenance.samples, "sample"),
+    (maintenance.history, "history_prune"),
+    (maintenance, "vacuum_churned"),
+]
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    """Every step of the tick replaced by a counter of its calls."""
+    calls: dict[str, int] = {}
+
+    def counting(name):
+        def step(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+
+        return step
+
+    for owner, name in _EVERY_TICK + _CHORE_STEPS:
+        monkeypatch.setattr(owner, name, counting(name))
+    return calls
+
+
+def test_each_turn_runs_one_group_of_chores_and_a_round_runs_each_once(steps):
+    turns = len(maintenance.CHORES)
+    assert turns > 1
+    for turn in range(turns):
+        before = dict(steps)
+        maintenance.tick("node-1", judge=True, turn=turn)
+        ran = {name for name in steps if steps[name] != before.get(name, 0)}
+        chores_ran = ran & {name for _, name in _CHORE_STEPS}
+        assert chores_ran, f"turn {turn} ran no chore"
+        assert len(chores_ran) < len(_CHORE_STEPS)
+    assert {name: steps.get(name) for _, name in _EVERY_TICK} == {
+        name: turns for _, name in _EVERY_TICK
+    }
+    assert {name: steps.get(name) for _, name in _CHORE_STEPS} == {
+        name: 1 for _, name in _CHORE_STEPS
+    }
+
+
+def test_a_tick_without_a_turn_runs_every_chore(steps):
+    maintenance.tick("node-1", judge=False)
+    assert {name: steps.get(name) for _, name in _CHORE_STEPS} == {
+        name: 1 for _, name in _CHORE_STEPS
+    }
+    # Not judging: nobody is taken for dead.
+    assert "clients_of_dead_nodes_disconnect" not in steps
+    assert "placement_repair" not in steps
