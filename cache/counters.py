@@ -14,6 +14,7 @@ loses at most its last ``FLUSH_S`` of counts
 
 import atexit
 import contextlib
+import os
 import threading
 import time
 from collections import Counter
@@ -54,16 +55,30 @@ class NodeCounters:
         self.thread: threading.Thread | None = None
 
     def add(self, node: str, n: int, field: str = DELIVERED) -> None:
-        """Count ``n`` more of ``field`` for ``node`` (flushed later)."""
+        """Count ``n`` more of ``field`` for ``node`` (flushed later).
+
+        Called per socket and push by the wake-up hub: a lock and two dict
+        lookups, no more (the flushing thread is started once; it never
+        ends, and a forked child starts its own: ``_forked``)."""
         if n <= 0:
             return
         with self.lock:
-            self.counts.setdefault(node, Counter())[field] += n
-            if self.thread is None or not self.thread.is_alive():
+            fields = self.counts.get(node)
+            if fields is None:
+                fields = self.counts[node] = Counter()
+            fields[field] += n
+            if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._run, name="node-counters", daemon=True
                 )
                 self.thread.start()
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's tallies are the parent's to
+        flush, and its flushing thread does not run here."""
+        self.lock = threading.Lock()
+        self.counts = {}
+        self.thread = None
 
     def _run(self) -> None:
         while True:
@@ -94,6 +109,7 @@ class NodeCounters:
 
 
 counter = NodeCounters()
+os.register_at_fork(after_in_child=counter._forked)
 
 
 @atexit.register
