@@ -173,9 +173,12 @@ def _run(
     }
 
 
-# Sockets the put-frame writer spreads its puts over: each has one put in
-# flight, as many as Mosquitto lets a publisher have (max_inflight 20).
-WS_WRITERS = 16
+# Writes in flight at most, on both sides: paho's window of QoS 1
+# publishes without a PUBACK (20). The REST writer keeps that many HTTP
+# connections (HTTP/1.1 has one request in flight per connection), the
+# put-frame writer that many sockets, each waiting for its ``written``.
+WRITES_IN_FLIGHT = mqtt.DEFAULT_INFLIGHT
+WS_WRITERS = WRITES_IN_FLIGHT
 
 
 def run_dc(
@@ -191,9 +194,9 @@ def run_dc(
     redundancy: int = 0,
     samples: bool = False,
 ) -> dict[str, Any]:
-    """``writer``: ``rest`` (a PUT each, 8 HTTP connections) or ``ws``
-    (a ``put`` frame each, on ``WS_WRITERS`` sockets, each waiting for its
-    ``written`` before its next put, as a QoS 1 publisher waits for PUBACK
+    """``writer``: ``rest`` (a PUT each, ``WRITES_IN_FLIGHT`` HTTP
+    connections) or ``ws`` (a ``put`` frame each, on ``WS_WRITERS``
+    sockets, each waiting for its ``written`` before its next put, as a QoS 1 publisher waits for PUBACK
     only per message in flight). Subscribers and writes are spread over
     the nodes (``ws_urls`` and ``rests``, in the same order), as behind a
     load balancer; each subscriber's primary is the node it connects to
@@ -203,7 +206,7 @@ def run_dc(
 
     def publish_rest() -> None:
         start = time.monotonic()
-        with ThreadPoolExecutor(8) as pool:
+        with ThreadPoolExecutor(WRITES_IN_FLIGHT) as pool:
             for i in range(puts):
                 delay = start + i / rate - time.monotonic()
                 if delay > 0:
