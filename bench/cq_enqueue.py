@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from bench import dc
-from bench.common import Rest
+from bench.common import SHIPPED_TIMINGS, Rest
 
 CQS = 100
 BATCH = 1000
@@ -175,7 +175,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20000)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="durablecache-cq-bench-"))
-    cluster = Cluster(workdir)
+    cluster = Cluster(workdir, settings=SHIPPED_TIMINGS)
     try:
         ws_url, token, rest = first_node(cluster, "bench", "bench")
         ratios = []

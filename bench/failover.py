@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import out
+from bench.common import SHIPPED_TIMINGS, out
 from durablecache_client import DurableClient
 from tests.integration.harness import Cluster, wait_for
 from tests.integration.recording import Recorder
@@ -113,8 +113,7 @@ def run_mode(workdir: Path, *, probe: bool, kills: int) -> dict[str, Any]:
     cluster = Cluster(
         workdir,
         settings={
-            "DURABLECACHE_HEARTBEAT_S": "1",
-            "DURABLECACHE_NODE_TIMEOUT_S": "5",
+            **SHIPPED_TIMINGS,
             "DURABLECACHE_PROBE_PEERS": "1" if probe else "0",
         },
     )

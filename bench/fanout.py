@@ -196,11 +196,12 @@ def run_dc(
 ) -> dict[str, Any]:
     """``writer``: ``rest`` (a PUT each, ``WRITES_IN_FLIGHT`` HTTP
     connections) or ``ws`` (a ``put`` frame each, on ``WS_WRITERS``
-    sockets, each waiting for its ``written`` before its next put, as a QoS 1 publisher waits for PUBACK
-    only per message in flight). Subscribers and writes are spread over
-    the nodes (``ws_urls`` and ``rests``, in the same order), as behind a
-    load balancer; each subscriber's primary is the node it connects to
-    and, with ``redundancy`` 1, its queue has a copy on another node."""
+    sockets, each waiting for its ``written`` before its next put, as a
+    QoS 1 publisher waits for PUBACK only per message in flight).
+    Subscribers and writes are spread over the nodes (``ws_urls`` and
+    ``rests``, in the same order), as behind a load balancer; each
+    subscriber's primary is the node it connects to and, with
+    ``redundancy`` 1, its queue has a copy on another node."""
     key = f"{tag}-hot"
     puts = int(rate * seconds)
 

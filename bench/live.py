@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import budget, fanout, mqtt
-from bench.common import Rest, first_node, out, summary
+from bench.common import SHIPPED_TIMINGS, Rest, first_node, out, summary
 from tests.integration.harness import Cluster, free_port
 
 REGION = "bench"
@@ -46,7 +46,7 @@ def pg_stats(server: str, databases: list[str]) -> dict[str, dict[str, int]]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="durablecache-live-bench-"))
     trace_dir = workdir / "trace"
-    settings = {}
+    settings = dict(SHIPPED_TIMINGS)
     if args.budget:
         trace_dir.mkdir()
         settings["DURABLECACHE_TRACE_DIR"] = str(trace_dir)

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from bench import dc, growth
-from bench.common import Rest, out, wait_until
+from bench.common import SHIPPED_TIMINGS, Rest, out, wait_until
 
 BATCH = 1000
 RATIO_BOUND = 2.0
@@ -342,7 +342,7 @@ def main() -> None:
     parser.add_argument("--output", default="")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="durablecache-recovery-bench-"))
-    cluster = Cluster(workdir)
+    cluster = Cluster(workdir, settings=SHIPPED_TIMINGS)
     try:
         ws_url, token, rest = first_node(cluster, "bench", "bench")
         result = run(

@@ -29,6 +29,7 @@ from typing import Any
 
 from bench import cq_enqueue, dc, failover, fanout, growth, mqtt, recovery
 from bench.common import (
+    SHIPPED_TIMINGS,
     Rest,
     daphne_process,
     first_node,
@@ -77,7 +78,7 @@ WS_PUTS_R1 = (
     ("enqueue_wsput_r1_pipe", 1, None),
 )
 # Figures with an absolute bound instead of a ratio to Mosquitto.
-NODE_TIMEOUT_S = 5.0
+NODE_TIMEOUT_S = float(SHIPPED_TIMINGS["DURABLECACHE_NODE_TIMEOUT_S"])
 FAILOVER_BOUND_S = NODE_TIMEOUT_S + 1.0
 RSS_FLAT = 0.20
 
@@ -124,7 +125,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
-        self.cluster = Cluster(workdir / "cluster")
+        self.cluster = Cluster(workdir / "cluster", settings=SHIPPED_TIMINGS)
         self.mosquitto: mqtt.Mosquitto | None = None
         self.raw: dict[str, dict[str, list[Any]]] = {}
         self.began = time.monotonic()

@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 
 from bench import dc
-from bench.common import daphne_process, first_node, out
+from bench.common import SHIPPED_TIMINGS, daphne_process, first_node, out
 from tests.integration.harness import Cluster
 
 REGION = "split"
@@ -120,7 +120,7 @@ class Node:
     """One node and what is measured of it."""
 
     def __init__(self, workdir: Path) -> None:
-        self.cluster = Cluster(workdir / "cluster")
+        self.cluster = Cluster(workdir / "cluster", settings=SHIPPED_TIMINGS)
         self.ws_url, self.token, self.rest = first_node(self.cluster, REGION, "split")
         root = psutil.Process(self.cluster.nodes["node-1"]["proc"].pid)
         self.procs = [root, *root.children(recursive=True)]

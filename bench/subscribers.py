@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from bench import dc, mqtt
-from bench.common import Rest, first_node, out, postgres_cpu
+from bench.common import SHIPPED_TIMINGS, Rest, first_node, out, postgres_cpu
 from bench.live import _cpu
 from tests.integration.harness import Cluster, free_port
 
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--output", default="")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="durablecache-subscribers-bench-"))
-    cluster = Cluster(workdir / "cluster")
+    cluster = Cluster(workdir / "cluster", settings=SHIPPED_TIMINGS)
     broker = None
     result: dict[str, Any] = {"args": vars(args)}
     try:
