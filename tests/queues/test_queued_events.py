@@ -1,6 +1,7 @@
 """Each event once per node: queue rows name it, the tick prunes it once
 no queue does, and a store migrated from rows that carried it keeps it."""
 
+import json
 import uuid
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from cache.selectors import LoggedEvent
 from queues import selectors as queue_selectors
 from queues import services as queue_services
 from queues.models import FanoutCursor, QueuedEvent, QueueEntry, QueueState
+from queues.services import events as events_module
 from queues.services.events import events_store
 from tests.helpers import queued_rows
 
@@ -187,3 +189,45 @@ def test_0006_moves_each_queued_event_into_one_row_and_keeps_the_queue_rows():
         _migrate(
             MigrationExecutor(connections["node"]).loader.graph.leaf_nodes("queues")
         )
+
+
+@pytest.mark.parametrize(
+    ("count", "new"),
+    [
+        (1, False),
+        (events_module.VALUES_MAX_EVENTS, False),  # rows of one VALUES list
+        (events_module.VALUES_MAX_EVENTS + 1, False),  # one array per column
+        (events_module.COPY_MIN_EVENTS + 1, True),  # a COPY
+    ],
+)
+def test_events_are_stored_alike_whichever_statement_carries_them(count, new):
+    """Values that need quoting or escaping, JSON null and SQL NULL come
+    back as they went in, and storing the same events again changes
+    nothing, by rows, arrays or COPY alike."""
+    connection = connections["node"]
+    field = QueuedEvent._meta.get_field("ts")
+    ts = field.get_db_prep_save(timezone.now(), connection)
+    values = ['{"s": "it\'s \\\\ \\"q\\" é ✓"}', "null", None, '{"n": [1, 2]}']
+    rows = [
+        [s, f"ev{s:06d}", "prices", f"k'{s}", "update", values[s % len(values)], s, ts]
+        for s in range(1, count + 1)
+    ]
+    with transaction.atomic(using="node"):
+        events_store(connection, rows, new=new)
+    with transaction.atomic(using="node"):
+        events_store(connection, rows)  # all here already: ignored
+    stored = QueuedEvent.objects.order_by("seq")
+    assert stored.count() == count
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, event_id, key, value FROM queues_queuedevent ORDER BY seq"
+        )
+        got = cursor.fetchall()
+    for seq, event_id, key, value in got:
+        assert (event_id, key) == (f"ev{seq:06d}", f"k'{seq}")
+        sent = values[seq % len(values)]
+        if sent is None:
+            assert value is None, seq
+        else:
+            read = value if not isinstance(value, str) else json.loads(value)
+            assert read == json.loads(sent), seq
