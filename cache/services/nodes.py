@@ -1,5 +1,7 @@
 """The cluster's record of its nodes: started, alive, stopping."""
 
+from contextlib import nullcontext
+
 from django.db import connections, router
 from django.utils import timezone
 
@@ -30,13 +32,14 @@ def node_heartbeat(*, name: str, lock_wait_s: float | None = None) -> None:
     locks the file): past it the database's ``OperationalError`` is raised,
     so a worker stopped inside a write cannot stop its supervisor's loop.
     """
-    rows = Node.objects.filter(name=name)
-    if lock_wait_s is None:
-        rows.update(last_heartbeat=timezone.now())
-        return
     connection = connections[router.db_for_write(Node)]
-    with lock_wait_bounded(connection, lock_wait_s):
-        rows.update(last_heartbeat=timezone.now())
+    bounded = (
+        nullcontext()
+        if lock_wait_s is None
+        else lock_wait_bounded(connection, lock_wait_s)
+    )
+    with bounded:
+        Node.objects.filter(name=name).update(last_heartbeat=timezone.now())
 
 
 def node_drain(*, name: str) -> None:
